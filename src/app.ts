@@ -1,0 +1,52 @@
+import { randomUUID } from 'node:crypto';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
+import type { Container } from './container.js';
+import { installErrorHandling } from './plugins/errors.js';
+import type { KeyCaller } from './services/auth.js';
+import { metaRoutes } from './routes/meta.js';
+import { callRoutes } from './routes/calls.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    caller?: KeyCaller;
+  }
+  interface FastifyInstance {
+    container: Container;
+    /** Authenticates the request's API key (401s as in DECISIONS) and applies its rate limit. */
+    authenticate(req: FastifyRequest, reply: FastifyReply): Promise<KeyCaller>;
+  }
+}
+
+const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{8,128}$/;
+
+export interface AppOptions {
+  logger?: Logger;
+}
+
+/** Builds the HTTP app around a container. Tests build it and call `inject()`. */
+export async function buildApp(container: Container, opts: AppOptions = {}): Promise<FastifyInstance> {
+  const api = container.api;
+  if (!api) throw new Error('buildApp needs a container with the API services');
+  const app = Fastify({
+    ...(opts.logger ? { loggerInstance: opts.logger } : { logger: false }),
+    bodyLimit: container.config.BODY_LIMIT,
+    genReqId: (req) => {
+      const given = req.headers['x-request-id'];
+      return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();
+    },
+  });
+  app.decorate('container', container);
+  app.decorate('authenticate', async (req: FastifyRequest) => {
+    const caller = await api.auth.authenticate(req.headers.authorization);
+    req.caller = caller;
+    return caller;
+  });
+  app.addHook('onSend', async (req, reply) => {
+    reply.header('x-request-id', req.id);
+  });
+  installErrorHandling(app);
+  await app.register(metaRoutes);
+  await app.register(callRoutes);
+  return app;
+}

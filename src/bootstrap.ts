@@ -1,0 +1,58 @@
+import pino, { type Logger } from 'pino';
+import { ConfigError, loadConfig, type Config } from './config.js';
+import { ensureDatabase, openPool, redactUrl, sql } from './db/pool.js';
+import { migrate } from './db/migrate.js';
+import { connectRedis } from './queue/redis.js';
+
+export function makeLogger(config: Config): Logger {
+  return pino({
+    level: config.LOG_LEVEL,
+    // Belt and braces: these never reach a log line even if someone logs a whole request.
+    redact: {
+      paths: ['req.headers.authorization', 'req.headers["x-edge-token"]', 'req.headers["x-payment"]', '*.edge_token', '*.edgeToken', 'edge_token', 'edgeToken'],
+      censor: '[redacted]',
+    },
+  });
+}
+
+/** Prints one line and exits: the way start-up failures reach an operator. */
+export function die(message: string): never {
+  process.stderr.write(`tollgate: ${message}\n`);
+  process.exit(1);
+}
+
+export function configOrDie(): Config {
+  try {
+    return loadConfig();
+  } catch (e) {
+    if (e instanceof ConfigError) die(e.message);
+    throw e;
+  }
+}
+
+/** Checks Redis and Postgres are reachable, creating the database if needed; exits with a hint if not. */
+export async function checkServices(config: Config): Promise<void> {
+  const redis = connectRedis(config.REDIS_URL, { maxRetriesPerRequest: 1, retryStrategy: () => null, lazyConnect: true });
+  redis.on('error', () => {});
+  try {
+    await redis.connect();
+    await redis.ping();
+  } catch {
+    die(`cannot reach Redis at ${redactUrl(config.REDIS_URL)}; start one (e.g. \`redis-server --daemonize yes\` or \`docker compose up -d redis\`) or set REDIS_URL`);
+  } finally {
+    redis.disconnect();
+  }
+  try {
+    await ensureDatabase(config.DATABASE_URL);
+    const pool = await openPool(config.DATABASE_URL, { maximumPoolSize: 1 });
+    await pool.query(sql.unsafe`SELECT 1`);
+    await pool.end();
+  } catch (e) {
+    die(`cannot reach Postgres at ${redactUrl(config.DATABASE_URL)} (${(e as Error).message.split('\n')[0]}); start one (e.g. \`pg_ctlcluster 15 main start\` or \`docker compose up -d postgres\`) or set DATABASE_URL`);
+  }
+}
+
+export async function runMigrations(config: Config, log: Logger): Promise<void> {
+  const applied = await migrate(config.DATABASE_URL);
+  if (applied.length) log.info({ applied }, 'migrations applied');
+}

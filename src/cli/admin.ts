@@ -1,0 +1,106 @@
+/**
+ * Operator CLI: `npm run admin -- <group> <action> [--flags]`. Prints JSON on stdout; errors as the
+ * usual envelope on stderr with exit code 1.
+ */
+import { parseArgs } from 'node:util';
+import { z } from 'zod';
+import { checkServices, configOrDie, runMigrations, makeLogger } from '../bootstrap.js';
+import { openPool } from '../db/pool.js';
+import { AccountsRepo } from '../db/accounts-repo.js';
+import { connectRedis } from '../queue/redis.js';
+import { CreditReservations } from '../services/credits.js';
+import { AdminService } from '../services/admin.js';
+import { AppError, isAppError } from '../errors.js';
+import { PLANS } from '../tools/types.js';
+import { parseOrThrow } from '../services/validation.js';
+
+const USAGE = `usage: npm run admin -- <command>
+  account create --plan <free|starter|pro|enterprise> --credits <cents> [--name <text>]
+  account show   --account <id>
+  account set    --account <id> [--plan <plan>] [--rpm <n>] [--elite true|false]
+  credits add    --account <id> --cents <n>
+  key create     --account <id> --type <production|test|agent|vip> [--name <text>]
+  key revoke     --key <key_id>`;
+
+const { positionals, values } = parseArgs({
+  allowPositionals: true,
+  options: {
+    plan: { type: 'string' },
+    credits: { type: 'string' },
+    name: { type: 'string' },
+    account: { type: 'string' },
+    cents: { type: 'string' },
+    type: { type: 'string' },
+    key: { type: 'string' },
+    rpm: { type: 'string' },
+    elite: { type: 'string' },
+    help: { type: 'boolean' },
+  },
+});
+
+const uuid = z.string({ required_error: 'is required' }).uuid('must be an id (uuid)');
+const cents = z.coerce.number({ required_error: 'is required' }).int('must be a whole number of cents').min(0);
+const plan = z.enum(PLANS);
+
+async function main(): Promise<unknown> {
+  const command = positionals.slice(0, 2).join(' ');
+  if (values.help || !command) {
+    process.stdout.write(USAGE + '\n');
+    process.exit(command ? 0 : 2);
+  }
+  const config = configOrDie();
+  await checkServices(config);
+  await runMigrations(config, makeLogger({ ...config, LOG_LEVEL: 'warn' }));
+  const pool = await openPool(config.DATABASE_URL, { maximumPoolSize: 2 });
+  const redis = connectRedis(config.REDIS_URL);
+  const accounts = new AccountsRepo(pool);
+  const admin = new AdminService({ accounts, credits: new CreditReservations(redis, config.REDIS_PREFIX, accounts), redis, prefix: config.REDIS_PREFIX });
+  const flags = (schema: z.ZodRawShape) => parseOrThrow(z.object(schema), values, `${command}`);
+  try {
+    switch (command) {
+      case 'account create': {
+        const f = flags({ plan, credits: cents, name: z.string().optional() });
+        const r = await admin.createAccount(f.plan, f.credits, f.name);
+        return { account_id: r.account_id, api_key: r.api_key, key_id: r.key_id, plan: r.plan, credits: r.credits };
+      }
+      case 'account show':
+        return admin.showAccount(flags({ account: uuid }).account);
+      case 'account set': {
+        const f = flags({
+          account: uuid,
+          plan: plan.optional(),
+          rpm: z.coerce.number().int().positive().optional(),
+          elite: z.enum(['true', 'false']).transform((v) => v === 'true').optional(),
+        });
+        return admin.setAccount(f.account, { plan: f.plan, rpm: f.rpm, elite: f.elite });
+      }
+      case 'credits add': {
+        const f = flags({ account: uuid, cents });
+        return admin.addCredits(f.account, f.cents);
+      }
+      case 'key create': {
+        const f = flags({ account: uuid, type: z.enum(['production', 'test', 'agent', 'vip']), name: z.string().optional() });
+        return admin.createKey(f.account, f.type, f.name);
+      }
+      case 'key revoke':
+        return admin.revokeKey(flags({ key: uuid }).key);
+      default:
+        throw new AppError('invalid_input', `unknown command '${command}'\n${USAGE}`);
+    }
+  } finally {
+    await pool.end();
+    redis.disconnect();
+  }
+}
+
+main().then(
+  (out) => {
+    process.stdout.write(JSON.stringify(out) + '\n');
+    process.exit(0);
+  },
+  (e) => {
+    const err = isAppError(e) ? e : new AppError('internal_error', (e as Error).message);
+    process.stderr.write(JSON.stringify({ error: { code: err.code, message: err.message, ...err.details } }) + '\n');
+    process.exit(1);
+  },
+);

@@ -1,0 +1,120 @@
+import { z } from 'zod';
+
+/** Tool families: each has its own BullMQ queue and worker pool. */
+export const FAMILIES = ['core', 'web', 'llm', 'edge'] as const;
+export type Family = (typeof FAMILIES)[number];
+
+const bool = z
+  .enum(['true', 'false', '1', '0', 'yes', 'no'])
+  .transform((v) => v === 'true' || v === '1' || v === 'yes');
+
+const int = (def: number, min = 0, max = Number.MAX_SAFE_INTEGER) =>
+  z.coerce.number().int().min(min).max(max).default(def);
+
+const hostPortList = z
+  .string()
+  .default('')
+  .transform((s) => s.split(',').map((x) => x.trim().toLowerCase()).filter(Boolean))
+  .pipe(z.array(z.string().regex(/^(\[[0-9a-f:.]+\]|[a-z0-9.-]+):\d{1,5}$/, 'expected host:port')));
+
+const csv = z
+  .string()
+  .default('')
+  .transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean));
+
+const optionalUrl = z.preprocess((v) => (v === '' ? undefined : v), z.string().url().optional());
+
+export const ConfigSchema = z
+  .object({
+    NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
+    PORT: int(8080, 0, 65535),
+    HOST: z.string().default('0.0.0.0'),
+    PUBLIC_BASE_URL: optionalUrl,
+    REDIS_URL: z.string().url().default('redis://127.0.0.1:6379'),
+    DATABASE_URL: z.string().url().default('postgres://postgres@127.0.0.1:5432/tollgate'),
+    /** Prefix for every BullMQ and Tollgate key in Redis (tests use a fresh one each). */
+    REDIS_PREFIX: z.string().regex(/^[a-zA-Z0-9_:-]+$/).default('tollgate'),
+    WORKERS: z.enum(['inline', 'off']).default('inline'),
+    CONCURRENCY_CORE: int(50, 1, 1000),
+    CONCURRENCY_WEB: int(20, 1, 1000),
+    CONCURRENCY_LLM: int(10, 1, 1000),
+    CONCURRENCY_EDGE: int(10, 1, 1000),
+    SYNC_TIMEOUT_MS: int(30_000, 100, 600_000),
+    /** Transient tool failures are retried this many times in all (1 = no retry). */
+    JOB_ATTEMPTS: int(3, 1, 10),
+    /** BullMQ lock: a worker that dies mid-job has its job redelivered after about this long. */
+    WORKER_LOCK_MS: int(30_000, 500, 600_000),
+    /** How long the settler waits to gather completions into one Postgres transaction. */
+    SETTLE_BATCH_MS: int(2, 0, 1000),
+    SETTLE_BATCH_MAX: int(500, 1, 10_000),
+    LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    /** host:port pairs that page_fetch may reach even though they resolve to blocked addresses. */
+    FETCH_ALLOWED_HOSTS: hostPortList,
+    /** DNS servers (ip or ip:port, comma-separated) for domain_check and page_fetch; empty = system resolver. */
+    DNS_SERVERS: csv,
+    /** Deadline for one DNS lookup (domain_check's per-type queries, page_fetch's address lookups). */
+    DNS_TIMEOUT_MS: int(3_000, 100, 30_000),
+    FETCH_MAX_BYTES: int(2_000_000, 1024, 50_000_000),
+    FETCH_TIMEOUT_MS: int(10_000, 100, 120_000),
+    /** Maximum request body size, bytes. */
+    BODY_LIMIT: int(1_048_576, 1024, 20_000_000),
+    /** Seconds a key lookup may be cached; revocations are also pushed to every replica at once. */
+    KEY_CACHE_SECONDS: int(1, 0, 60),
+    ENTERPRISE_DEFAULT_RPM: int(600, 1, 1_000_000),
+    SEED_DEMO: bool.default('false'),
+    DOCS_URL: optionalUrl,
+    /** Origins allowed to call /mcp from a browser (DNS-rebinding protection). Empty = same host only. */
+    MCP_ALLOWED_ORIGINS: csv,
+    // Language-model upstream (OpenAI-compatible chat completions).
+    LLM_BASE_URL: optionalUrl,
+    LLM_API_KEY: z.string().default(''),
+    LLM_MODEL: z.string().default('gpt-4o-mini'),
+    LLM_TIMEOUT_MS: int(60_000, 1000, 600_000),
+    // Edge network (Cloudflare API v4).
+    CF_API_BASE_URL: z.string().url().default('https://api.cloudflare.com/client/v4'),
+    CF_TIMEOUT_MS: int(15_000, 500, 120_000),
+    /** 32-byte key (base64 or hex) that encrypts edge tokens inside job data. */
+    EDGE_TOKEN_KEY: z.string().default(''),
+    // x402 pay-per-call.
+    X402_ENABLED: bool.default('false'),
+    X402_PAY_TO: z.string().regex(/^0x[0-9a-fA-F]{40}$/).optional(),
+    X402_NETWORK: z.enum(['base-sepolia', 'base']).default('base-sepolia'),
+    X402_CHAIN_ID: z.coerce.number().int().positive().optional(),
+    X402_ASSET_ADDRESS: z.string().regex(/^0x[0-9a-fA-F]{40}$/).optional(),
+    X402_ASSET_NAME: z.string().optional(),
+    X402_ASSET_VERSION: z.string().optional(),
+    X402_MAX_TIMEOUT_SECONDS: int(60, 1, 3600),
+    X402_FACILITATOR_URL: optionalUrl,
+  })
+  .superRefine((c, ctx) => {
+    if (c.X402_ENABLED && !c.X402_PAY_TO) {
+      ctx.addIssue({ code: 'custom', path: ['X402_PAY_TO'], message: 'required when X402_ENABLED=true' });
+    }
+  });
+
+export type Config = z.infer<typeof ConfigSchema>;
+
+export function concurrencyFor(config: Config, family: Family): number {
+  const map: Record<Family, number> = {
+    core: config.CONCURRENCY_CORE,
+    web: config.CONCURRENCY_WEB,
+    llm: config.CONCURRENCY_LLM,
+    edge: config.CONCURRENCY_EDGE,
+  };
+  return map[family];
+}
+
+export class ConfigError extends Error {}
+
+/** Parses the environment once; a bad value names the variable and the problem. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Partial<Record<string, string>> = {}): Config {
+  const merged: Record<string, string | undefined> = { ...env, ...overrides };
+  // Empty strings mean "unset" so `FOO= npm start` falls back to the default.
+  for (const k of Object.keys(merged)) if (merged[k] === '') delete merged[k];
+  const parsed = ConfigSchema.safeParse(merged);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `  ${i.path.join('.') || '(config)'}: ${i.message}`);
+    throw new ConfigError(`Invalid configuration:\n${lines.join('\n')}`);
+  }
+  return parsed.data;
+}

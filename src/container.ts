@@ -1,0 +1,91 @@
+import type { Logger } from 'pino';
+import { FAMILIES, type Config, type Family } from './config.js';
+import { openPool, type DatabasePool } from './db/pool.js';
+import { AccountsRepo } from './db/accounts-repo.js';
+import { connectRedis, type Redis } from './queue/redis.js';
+import { JobQueues } from './queue/queues.js';
+import { CompletionDispatcher } from './queue/dispatcher.js';
+import { JobRecords } from './queue/job-records.js';
+import { WorkerPool } from './queue/worker-pool.js';
+import { CreditReservations } from './services/credits.js';
+import { Settler } from './services/settler.js';
+import { EdgeTokenSealer } from './services/edge-token.js';
+import { ToolRunner } from './services/runner.js';
+import { KeyAuthenticator } from './services/auth.js';
+import { CallService } from './services/calls.js';
+
+export interface Container {
+  config: Config;
+  log: Logger;
+  pool: DatabasePool;
+  redis: Redis;
+  accounts: AccountsRepo;
+  credits: CreditReservations;
+  sealer: EdgeTokenSealer;
+  queues: JobQueues;
+  records: JobRecords;
+  runner: ToolRunner;
+  settler: Settler;
+  /** Present in processes that serve HTTP. */
+  api?: { dispatcher: CompletionDispatcher; auth: KeyAuthenticator; calls: CallService };
+  workers?: WorkerPool;
+  close(): Promise<void>;
+}
+
+export interface ContainerOptions {
+  api: boolean;
+  /** Families whose worker pools run in this process. */
+  workerFamilies: readonly Family[];
+}
+
+/** Wires every service for one process. Tests build one per suite with a fresh Redis prefix. */
+export async function createContainer(config: Config, log: Logger, opts: ContainerOptions): Promise<Container> {
+  const pool = await openPool(config.DATABASE_URL, { maximumPoolSize: 10 });
+  const redis = connectRedis(config.REDIS_URL);
+  const accounts = new AccountsRepo(pool);
+  const credits = new CreditReservations(redis, config.REDIS_PREFIX, accounts);
+  const sealer = new EdgeTokenSealer(config);
+  const queues = new JobQueues(redis, config);
+  const records = new JobRecords(redis, config.REDIS_PREFIX);
+  const settler = new Settler(pool, credits, log, config.SETTLE_BATCH_MS, config.SETTLE_BATCH_MAX);
+  const runner = new ToolRunner({ config, log, accounts, credits, settler, sealer });
+  const closers: Array<() => Promise<unknown>> = [];
+
+  const c: Container = {
+    config, log, pool, redis, accounts, credits, sealer, queues, records, runner, settler,
+    close: async () => {
+      for (const close of closers.reverse()) await close().catch((err) => log.warn({ err }, 'error while closing'));
+    },
+  };
+  closers.push(() => pool.end(), async () => redis.quit());
+  closers.push(() => queues.close());
+
+  if (opts.workerFamilies.length) {
+    const workers = new WorkerPool({ config, log, runner, records }, opts.workerFamilies);
+    await workers.start();
+    c.workers = workers;
+    // Workers close first (finish their jobs), then the settler drains, then connections.
+    closers.push(() => settler.drain());
+    closers.push(() => workers.close());
+  }
+
+  if (opts.api) {
+    const dispatcher = new CompletionDispatcher(config, log, async (jobId) => {
+      const job = await queues.getJob(jobId);
+      if (job?.data.accountId && job.data.priceCents > 0) await credits.release(job.data.accountId, [jobId]);
+    });
+    await dispatcher.start();
+    const auth = new KeyAuthenticator(accounts, config.KEY_CACHE_SECONDS * 1000, config.REDIS_PREFIX);
+    const sub = connectRedis(config.REDIS_URL);
+    await auth.listen(sub, log);
+    closers.push(async () => sub.quit());
+    closers.push(() => dispatcher.close());
+    const calls = new CallService({ config, queues, dispatcher, credits, sealer, records });
+    c.api = { dispatcher, auth, calls };
+  }
+  return c;
+}
+
+export function allFamilies(): readonly Family[] {
+  return FAMILIES;
+}

@@ -1,0 +1,94 @@
+/**
+ * One error model. Services throw AppError with a code from this closed set; the single Fastify
+ * error handler (src/plugins/error-handler.ts) turns it into the envelope
+ * {"error": {"code", "message", "request_id", ...details}}.
+ */
+export const ERROR_STATUS = {
+  invalid_input: 400,
+  unauthorized: 401,
+  invalid_api_key: 401,
+  key_not_found: 401,
+  payment_required: 402,
+  insufficient_credits: 402,
+  monthly_limit_exceeded: 402,
+  payment_invalid: 402,
+  payment_already_used: 402,
+  plan_required: 403,
+  tool_not_allowed: 403,
+  forbidden: 403,
+  edge_token_rejected: 403,
+  tool_not_found: 404,
+  not_found: 404,
+  method_not_allowed: 405,
+  idempotency_in_progress: 409,
+  payload_too_large: 413,
+  unsupported_media_type: 415,
+  idempotency_key_reused: 422,
+  tool_failed: 422,
+  rate_limited: 429,
+  internal_error: 500,
+  upstream_error: 502,
+  tool_unavailable: 503,
+  service_unavailable: 503,
+  timeout: 504,
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_STATUS;
+
+/** Codes whose cause may pass on its own: a worker retries these, everything else is final. */
+const RETRYABLE: ReadonlySet<ErrorCode> = new Set(['upstream_error', 'timeout', 'service_unavailable']);
+
+export type ErrorDetails = Record<string, unknown>;
+
+export interface AppErrorOptions {
+  headers?: Record<string, string>;
+  retryable?: boolean;
+}
+
+export class AppError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly details: ErrorDetails;
+  /** Extra response headers (Retry-After, X-Payment-*...). */
+  readonly headers: Record<string, string>;
+  private readonly retryOverride: boolean | undefined;
+
+  constructor(code: ErrorCode, message: string, details: ErrorDetails = {}, opts: AppErrorOptions = {}) {
+    super(message);
+    this.name = 'AppError';
+    this.code = code;
+    this.status = ERROR_STATUS[code];
+    this.details = details;
+    this.headers = opts.headers ?? {};
+    this.retryOverride = opts.retryable;
+  }
+
+  /** Whether a worker may run the job again. Writes to outside systems pass `retryable: false`. */
+  get retryable(): boolean {
+    return this.retryOverride ?? RETRYABLE.has(this.code);
+  }
+
+  /** The serialisable form carried through job data and job failure reasons. */
+  toJSON(): SerializedError {
+    return { code: this.code, message: this.message, ...(Object.keys(this.details).length ? { details: this.details } : {}) };
+  }
+
+  static fromJSON(e: SerializedError): AppError {
+    const code = e.code in ERROR_STATUS ? (e.code as ErrorCode) : 'internal_error';
+    return new AppError(code, e.message, e.details ?? {});
+  }
+}
+
+export interface SerializedError {
+  code: string;
+  message: string;
+  details?: ErrorDetails;
+}
+
+export function isAppError(e: unknown): e is AppError {
+  return e instanceof AppError;
+}
+
+export function envelope(err: AppError, requestId: string) {
+  return { error: { code: err.code, message: err.message, request_id: requestId, ...err.details } };
+}

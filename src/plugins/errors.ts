@@ -1,0 +1,38 @@
+import type { FastifyError, FastifyInstance } from 'fastify';
+import { AppError, envelope, isAppError } from '../errors.js';
+
+/** The one place errors become responses: every failure leaves in the documented envelope. */
+export function installErrorHandling(app: FastifyInstance): void {
+  app.setErrorHandler((raw: FastifyError | AppError | Error, req, reply) => {
+    const err = toAppError(raw);
+    if (err.status >= 500) req.log.error({ err: raw }, 'request failed');
+    for (const [k, v] of Object.entries(err.headers)) reply.header(k, v);
+    if (err.status === 402 || err.status === 403) reply.header('x-should-retry', 'false');
+    return reply.status(err.status).send(envelope(err, req.id));
+  });
+  app.setNotFoundHandler((req, reply) => {
+    const err = new AppError('not_found', `No route ${req.method} ${req.url.split('?')[0]}. GET / lists the endpoints.`);
+    return reply.status(404).send(envelope(err, req.id));
+  });
+}
+
+function toAppError(e: FastifyError | AppError | Error): AppError {
+  if (isAppError(e)) return e;
+  const fe = e as FastifyError;
+  switch (fe.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new AppError('payload_too_large', 'Request body is too large');
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new AppError('unsupported_media_type', 'Send the body as application/json');
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new AppError('invalid_input', 'Body is empty but Content-Type is application/json; send {} for no input');
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      return new AppError('invalid_input', `Body is not valid JSON: ${fe.message}`);
+  }
+  if (fe instanceof SyntaxError || fe.statusCode === 400) {
+    return new AppError('invalid_input', `Body is not valid JSON: ${fe.message}`);
+  }
+  if (fe.statusCode === 413) return new AppError('payload_too_large', 'Request body is too large');
+  if (fe.statusCode === 415) return new AppError('unsupported_media_type', 'Send the body as application/json');
+  return new AppError('internal_error', 'Something went wrong on our side; the request id helps us find it');
+}

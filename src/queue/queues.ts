@@ -1,0 +1,109 @@
+import { randomUUID } from 'node:crypto';
+import { FlowProducer, Job, Queue, type JobsOptions, type FlowJob } from 'bullmq';
+import { FAMILIES, type Config, type Family } from '../config.js';
+import type { CallJobData, CallResult } from '../services/runner.js';
+import { decodeFailure } from './failure.js';
+import type { AppError } from '../errors.js';
+import type { Redis } from './redis.js';
+
+export const queueName = (family: Family) => `tools-${family}`;
+
+/** Job ids carry their family so GET /jobs/{id} knows which queue to ask. */
+export function newJobId(family: Family): string {
+  return `${family}-${randomUUID()}`;
+}
+
+export function familyOfJob(jobId: string): Family | null {
+  const f = jobId.split('-')[0] as Family;
+  return (FAMILIES as readonly string[]).includes(f) ? f : null;
+}
+
+export type JobView =
+  | { state: 'completed'; data: CallJobData; value: CallResult }
+  | { state: 'failed'; data: CallJobData; error: AppError }
+  | { state: 'pending'; data: CallJobData; status: string; progress: unknown };
+
+/** A step of a chain or parallel request, as handed to `addFlow`. */
+export interface FlowStep {
+  jobId: string;
+  family: Family;
+  data: CallJobData;
+}
+
+export class JobQueues {
+  private readonly queues = new Map<Family, Queue>();
+  private flows: FlowProducer | null = null;
+
+  constructor(
+    private readonly connection: Redis,
+    private readonly config: Config,
+  ) {}
+
+  queue(family: Family): Queue {
+    let q = this.queues.get(family);
+    if (!q) {
+      q = new Queue(queueName(family), { connection: this.connection, prefix: this.config.REDIS_PREFIX });
+      this.queues.set(family, q);
+    }
+    return q;
+  }
+
+  jobOptions(data: CallJobData): JobsOptions {
+    // Jobs that carry a (sealed) edge token are deleted as soon as they finish; their outcome is kept
+    // by the worker in a separate record without the token (see JobRecords).
+    const ephemeral = data.edgeToken !== undefined;
+    return {
+      attempts: this.config.JOB_ATTEMPTS,
+      backoff: { type: 'exponential', delay: 250 },
+      removeOnComplete: ephemeral ? true : { age: 24 * 3600, count: 50_000 },
+      removeOnFail: ephemeral ? true : { age: 24 * 3600, count: 50_000 },
+    };
+  }
+
+  async add(family: Family, jobId: string, data: CallJobData): Promise<void> {
+    await this.queue(family).add(data.tool, data, { ...this.jobOptions(data), jobId });
+  }
+
+  /**
+   * Adds a flow: `root` runs after all of its children. A chain is nested (each step the only child of
+   * the next); a parallel request is one root with every tool as a direct child.
+   */
+  async addFlow(tree: FlowJob): Promise<void> {
+    this.flows ??= new FlowProducer({ connection: this.connection, prefix: this.config.REDIS_PREFIX });
+    await this.flows.add(tree);
+  }
+
+  flowNode(step: FlowStep, children?: FlowJob[], extra: JobsOptions = {}): FlowJob {
+    return {
+      name: step.data.tool,
+      queueName: queueName(step.family),
+      data: step.data,
+      prefix: this.config.REDIS_PREFIX,
+      opts: { ...this.jobOptions(step.data), jobId: step.jobId, ...extra },
+      ...(children ? { children } : {}),
+    };
+  }
+
+  async getJob(jobId: string): Promise<Job<CallJobData, CallResult> | null> {
+    const family = familyOfJob(jobId);
+    if (!family) return null;
+    return ((await Job.fromId(this.queue(family), jobId)) as Job<CallJobData, CallResult> | undefined) ?? null;
+  }
+
+  async view(jobId: string): Promise<JobView | null> {
+    const job = await this.getJob(jobId);
+    if (!job) return null;
+    if (job.finishedOn && job.returnvalue !== null && job.returnvalue !== undefined && !job.failedReason) {
+      return { state: 'completed', data: job.data, value: job.returnvalue };
+    }
+    const status = await job.getState();
+    if (status === 'completed') return { state: 'completed', data: job.data, value: job.returnvalue };
+    if (status === 'failed') return { state: 'failed', data: job.data, error: decodeFailure(job.failedReason) };
+    return { state: 'pending', data: job.data, status, progress: job.progress };
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.queues.values()].map((q) => q.close()));
+    await this.flows?.close();
+  }
+}

@@ -1,0 +1,59 @@
+import { randomUUID } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { AppError } from '../errors.js';
+import type { AccountsRepo } from '../db/accounts-repo.js';
+import type { Plan } from '../tools/types.js';
+import type { CreditReservations } from './credits.js';
+import { KeyAuthenticator } from './auth.js';
+import type { KeyType } from './keys.js';
+
+/** Operator actions, shared by the admin CLI and the demo seed. */
+export class AdminService {
+  constructor(
+    private readonly deps: { accounts: AccountsRepo; credits: CreditReservations; redis: Redis; prefix: string },
+  ) {}
+
+  async createAccount(plan: Plan, credits: number, name?: string) {
+    const account = await this.deps.accounts.createAccount({ plan, credits, name: name ?? null });
+    const key = await this.deps.accounts.createKey({ accountId: account.id, type: 'production', name: 'default' });
+    return { account_id: account.id, api_key: key.api_key, key_id: key.key_id, plan: account.plan, credits: account.credits };
+  }
+
+  async addCredits(accountId: string, cents: number) {
+    if (!Number.isInteger(cents) || cents <= 0) throw new AppError('invalid_input', '--cents must be a positive whole number');
+    const credits = await this.deps.accounts.addCredits(accountId, cents, `topup:${randomUUID()}`);
+    await this.deps.credits.toppedUp(accountId, cents);
+    return { account_id: accountId, credits };
+  }
+
+  async createKey(accountId: string, type: KeyType, name?: string) {
+    const account = await this.deps.accounts.getAccount(accountId);
+    if (type === 'vip' && !(account.plan === 'enterprise' && account.elite)) {
+      throw new AppError('forbidden', 'VIP keys (titan_vip_) are only for enterprise accounts marked elite: run `account set --account <id> --plan enterprise --elite true` first');
+    }
+    if (type === 'sub') throw new AppError('invalid_input', 'Sub-keys are created by the account itself with POST /subkeys/create');
+    const key = await this.deps.accounts.createKey({ accountId, type, name: name ?? (type === 'agent' ? 'agent' : null) });
+    return { key_id: key.key_id, api_key: key.api_key, type, account_id: accountId };
+  }
+
+  async revokeKey(keyId: string) {
+    const hash = await this.deps.accounts.revokeKey(keyId);
+    if (!hash) throw new AppError('not_found', `No key ${keyId}`);
+    await KeyAuthenticator.broadcast(this.deps.redis, this.deps.prefix);
+    return { key_id: keyId, revoked: true };
+  }
+
+  async showAccount(accountId: string) {
+    const [account, used] = await Promise.all([
+      this.deps.accounts.getAccount(accountId),
+      this.deps.accounts.accountUsedThisMonth(accountId),
+    ]);
+    return { account_id: account.id, name: account.name, plan: account.plan, credits: account.credits, used_this_month: used, rpm: account.rpm, elite: account.elite, created_at: account.created_at };
+  }
+
+  async setAccount(accountId: string, patch: { plan?: Plan; rpm?: number; elite?: boolean }) {
+    const account = await this.deps.accounts.setAccount(accountId, patch);
+    await KeyAuthenticator.broadcast(this.deps.redis, this.deps.prefix);
+    return { account_id: account.id, plan: account.plan, rpm: account.rpm, elite: account.elite, credits: account.credits };
+  }
+}

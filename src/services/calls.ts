@@ -1,0 +1,161 @@
+import { randomUUID } from 'node:crypto';
+import type { Config } from '../config.js';
+import { AppError } from '../errors.js';
+import { getTool } from '../tools/index.js';
+import { planRank, type AnyTool } from '../tools/types.js';
+import type { CompletionDispatcher } from '../queue/dispatcher.js';
+import { newJobId, type JobQueues } from '../queue/queues.js';
+import type { JobRecords } from '../queue/job-records.js';
+import type { Caller } from './auth.js';
+import type { CreditReservations } from './credits.js';
+import type { EdgeTokenSealer } from './edge-token.js';
+import type { CallJobData, CallResult } from './runner.js';
+import { parseOrThrow } from './validation.js';
+
+export type CallAnswer =
+  | { status: 200; jobId: string; body: CallResult }
+  | { status: 202; jobId: string; body: { job_id: string; status: string; status_url: string } };
+
+export interface CallOptions {
+  requestId: string;
+  respondAsync?: boolean;
+  edgeToken?: string;
+  /** Called with the job id as soon as it is queued (streaming). */
+  onQueued?: (jobId: string) => void;
+}
+
+/** Checks that the caller's plan and key may use the tool. */
+export function authorizeTool(caller: Caller, tool: AnyTool): void {
+  if (caller.kind !== 'key') return;
+  if (planRank(caller.plan) < planRank(tool.tier)) {
+    throw new AppError('plan_required', `${tool.name} needs the ${tool.tier} plan or higher; this account is on ${caller.plan}`, {
+      required_plan: tool.tier,
+      current_plan: caller.plan,
+    });
+  }
+  if (caller.subKey && !caller.subKey.allowedTools.includes(tool.name)) {
+    throw new AppError('tool_not_allowed', `This sub-key may not call ${tool.name}`, { allowed_tools: caller.subKey.allowedTools });
+  }
+}
+
+/** Takes `edge_token` out of a request body so it is never validated, queued or logged in clear. */
+export function takeEdgeToken(body: unknown): { input: unknown; edgeToken?: string } {
+  if (body && typeof body === 'object' && !Array.isArray(body) && 'edge_token' in body) {
+    const { edge_token, ...rest } = body as Record<string, unknown>;
+    return { input: rest, edgeToken: typeof edge_token === 'string' && edge_token ? edge_token : undefined };
+  }
+  return { input: body };
+}
+
+/**
+ * The front half of a tool call: admission (tier, scope, input, credit), enqueue on the tool's family
+ * queue, and a wait for the outcome through the process's completion dispatcher.
+ */
+export class CallService {
+  constructor(
+    private readonly deps: {
+      config: Config;
+      queues: JobQueues;
+      dispatcher: CompletionDispatcher;
+      credits: CreditReservations;
+      sealer: EdgeTokenSealer;
+      records: JobRecords;
+    },
+  ) {}
+
+  /** Validates a tool's input, including the edge token the cf_* tools need. */
+  prepare(tool: AnyTool, rawInput: unknown, edgeToken: string | undefined): Record<string, unknown> {
+    const input = parseOrThrow(tool.input, rawInput ?? {}, `Input for ${tool.name} is invalid`) as Record<string, unknown>;
+    if (tool.needsEdgeToken && !edgeToken) {
+      throw new AppError('invalid_input', `${tool.name} needs your Cloudflare API token: send it in the X-Edge-Token header (or as edge_token in the body)`, {
+        issues: [{ path: ['X-Edge-Token'], message: 'required' }],
+      });
+    }
+    return input;
+  }
+
+  jobData(caller: Caller, tool: AnyTool, input: Record<string, unknown>, requestId: string, edgeToken?: string): CallJobData {
+    const key = caller.kind === 'key' ? caller : null;
+    const sandbox = key?.sandbox ?? false;
+    return {
+      tool: tool.name,
+      input,
+      accountId: key?.accountId ?? null,
+      keyId: key?.keyId ?? null,
+      subKeyId: key?.subKey?.keyId ?? null,
+      agentName: key?.agentName ?? null,
+      payer: caller.kind === 'payer' ? caller.payer : null,
+      priceCents: sandbox || caller.kind === 'payer' ? 0 : tool.priceCents,
+      listPriceCents: tool.priceCents,
+      sandbox,
+      requestId,
+      ...(edgeToken && tool.needsEdgeToken ? { edgeToken: this.deps.sealer.seal(edgeToken) } : {}),
+    };
+  }
+
+  /** Reserves credit for every job at once (402 when the balance or a sub-key's month can't cover them). */
+  async reserve(caller: Caller, jobs: Array<{ jobId: string; data: CallJobData }>): Promise<void> {
+    if (caller.kind !== 'key') return;
+    const holds = jobs.filter((j) => j.data.priceCents > 0).map((j) => ({ holdId: j.jobId, amount: j.data.priceCents }));
+    if (!holds.length) return;
+    const sub = caller.subKey ? { keyId: caller.subKey.keyId, monthlyLimitCents: caller.subKey.monthlyLimitCents } : null;
+    await this.deps.credits.reserve(caller.accountId, holds, sub);
+  }
+
+  async release(caller: Caller, jobIds: string[]): Promise<void> {
+    if (caller.kind === 'key') await this.deps.credits.release(caller.accountId, jobIds);
+  }
+
+  statusUrl(jobId: string): string {
+    return `/jobs/${jobId}`;
+  }
+
+  async call(caller: Caller, toolName: string, body: unknown, opts: CallOptions): Promise<CallAnswer> {
+    const tool = getTool(toolName);
+    authorizeTool(caller, tool);
+    const taken = takeEdgeToken(body);
+    const edgeToken = opts.edgeToken ?? taken.edgeToken;
+    const input = this.prepare(tool, taken.input, edgeToken);
+    const jobId = newJobId(tool.family);
+    const data = this.jobData(caller, tool, input, opts.requestId, edgeToken);
+    await this.reserve(caller, [{ jobId, data }]);
+    const wait = opts.respondAsync ? null : this.deps.dispatcher.waitFor(jobId, this.deps.config.SYNC_TIMEOUT_MS);
+    try {
+      await this.deps.queues.add(tool.family, jobId, data);
+    } catch (e) {
+      wait?.cancel();
+      await this.release(caller, [jobId]);
+      throw new AppError('service_unavailable', 'Could not queue the call; nothing was charged', {}, { retryable: true });
+    }
+    opts.onQueued?.(jobId);
+    const outcome = wait ? await wait.outcome : ({ state: 'pending' } as const);
+    if (outcome.state === 'completed') return { status: 200, jobId, body: outcome.value };
+    if (outcome.state === 'failed') throw withJob(outcome.error, jobId);
+    return { status: 202, jobId, body: { job_id: jobId, status: 'queued', status_url: this.statusUrl(jobId) } };
+  }
+
+  /** GET /jobs/{id}: the same body a sync call would have returned, for the key that made it. */
+  async jobStatus(caller: Caller, jobId: string): Promise<{ status: number; body: unknown }> {
+    const notFound = new AppError('not_found', `No job ${jobId} for this key`);
+    const ownerKey = caller.kind === 'key' ? caller.keyId : null;
+    const view = await this.deps.queues.view(jobId).catch(() => null);
+    if (view) {
+      if (view.data.keyId !== ownerKey || ownerKey === null) throw notFound;
+      if (view.state === 'completed') return { status: 200, body: { job_id: jobId, status: 'completed', ...view.value } };
+      if (view.state === 'failed') throw withJob(view.error, jobId);
+      return { status: 200, body: { job_id: jobId, status: view.status === 'active' ? 'running' : 'queued', progress: view.progress ?? null } };
+    }
+    const rec = await this.deps.records.get(jobId);
+    if (!rec || rec.keyId !== ownerKey || ownerKey === null) throw notFound;
+    if (rec.state === 'completed') return { status: 200, body: { job_id: jobId, status: 'completed', ...rec.value } };
+    throw withJob(AppError.fromJSON(rec.error!), jobId);
+  }
+}
+
+function withJob(err: AppError, jobId: string): AppError {
+  return new AppError(err.code, err.message, { ...err.details, job_id: jobId });
+}
+
+export function newRequestId(): string {
+  return randomUUID();
+}

@@ -1,0 +1,109 @@
+import { zodToJsonSchema } from 'zod-to-json-schema';
+import type { Config } from '../config.js';
+import { TOOLS, dollars, toolsByTier } from '../tools/index.js';
+import { llmChatModels } from '../tools/llm/index.js';
+import { PLANS, type AnyTool } from '../tools/types.js';
+
+/** Service version, reported as the root document's `v`. */
+export const API_VERSION = '1.0.0';
+
+/** Every route the service serves, as the root document lists them. Keep in step with src/routes. */
+export const ENDPOINTS: Record<string, string> = {
+  'GET /': 'This document',
+  'GET /health': 'Health of the API, Redis and Postgres (503 when one is down)',
+  'GET /docs': 'The README: full API documentation',
+  'GET /tools': 'Catalogue of every tool with its price',
+  'GET /tools/{name}': "A tool's input JSON Schema, examples, price and tier",
+  'POST /tools/{name}': 'Run a tool (JSON body = the tool input); Prefer: respond-async for a 202',
+  'GET /jobs/{id}': 'Status and result of a call (same key only)',
+  'GET /balance': 'Credits, plan and this month\u2019s use',
+  'GET /v1/manifest': 'Tool tiers and prices, machine-readable',
+};
+
+const schemaCache = new WeakMap<AnyTool, object>();
+
+export function inputJsonSchema(tool: AnyTool): object {
+  let s = schemaCache.get(tool);
+  if (!s) {
+    const { $schema: _drop, ...schema } = zodToJsonSchema(tool.input, { target: 'jsonSchema7', $refStrategy: 'none' }) as Record<string, unknown>;
+    s = schema;
+    schemaCache.set(tool, s);
+  }
+  return s;
+}
+
+export function catalogueEntry(tool: AnyTool) {
+  return {
+    name: tool.name,
+    cost: dollars(tool.priceCents),
+    endpoint: `POST /tools/${tool.name}`,
+    price_cents: tool.priceCents,
+    tier: tool.tier,
+    description: tool.description,
+  };
+}
+
+let catalogueCache: ReturnType<typeof catalogueEntry>[] | undefined;
+export function catalogue() {
+  return (catalogueCache ??= TOOLS.map(catalogueEntry));
+}
+
+export function toolDetail(tool: AnyTool) {
+  return {
+    name: tool.name,
+    description: tool.description,
+    tier: tool.tier,
+    family: tool.family,
+    cost: dollars(tool.priceCents),
+    price_cents: tool.priceCents,
+    endpoint: `POST /tools/${tool.name}`,
+    q_field: tool.qField,
+    input_schema: inputJsonSchema(tool),
+    examples: tool.examples,
+    output: tool.output,
+    side_effects: tool.sideEffects ?? false,
+    needs_edge_token: tool.needsEdgeToken ?? false,
+  };
+}
+
+export function rootDocument(base: string, config: Config) {
+  const byTier = toolsByTier();
+  const tools = Object.fromEntries(
+    PLANS.map((plan) => [plan, Object.fromEntries(byTier[plan].map((t) => [t.name, { cost: dollars(t.priceCents), tier: t.tier }]))]),
+  );
+  return {
+    _: new URL(base).host,
+    v: API_VERSION,
+    t: Math.floor(Date.now() / 1000),
+    tools,
+    total_tools: TOOLS.length,
+    endpoints: ENDPOINTS,
+    protocol: {
+      chain: { example: { chain: ['page_fetch', 'compute'], q: 'https://example.com' } },
+      parallel: { example: { parallel: ['domain_check', 'page_fetch'], q: 'example.com' } },
+      stream: { example: { stream: true, m: 'compute', q: '2 * (3 + 4)' } },
+      direct: { example: { m: 'compute', q: '2 * (3 + 4)' } },
+    },
+    openai: { base_url: `${base}/v1`, models: Object.keys(llmChatModels) },
+    docs: config.DOCS_URL ?? `${base}/docs`,
+    npm: `TOLLGATE_URL=${base} TOLLGATE_API_KEY=<your key> npx -y tollgate`,
+  };
+}
+
+export function manifest(base: string) {
+  const byTier = toolsByTier();
+  return {
+    name: 'tollgate',
+    version: API_VERSION,
+    base_url: base,
+    currency: 'USD',
+    unit: 'cents',
+    total_tools: TOOLS.length,
+    tiers: Object.fromEntries(
+      PLANS.map((plan) => [
+        plan,
+        byTier[plan].map((t) => ({ name: t.name, cost: dollars(t.priceCents), price_cents: t.priceCents, family: t.family, endpoint: `POST /tools/${t.name}` })),
+      ]),
+    ),
+  };
+}

@@ -1,0 +1,45 @@
+import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { ConfigError, type Config } from '../config.js';
+
+/**
+ * The caller's edge-network token travels to the worker inside BullMQ job data, which lives in Redis.
+ * It is sealed there with AES-256-GCM under EDGE_TOKEN_KEY, so Redis only ever holds ciphertext.
+ * When the API runs its workers in-process and no key is configured, a random key that lives only in
+ * this process's memory is used; separate worker processes need the shared EDGE_TOKEN_KEY.
+ */
+export class EdgeTokenSealer {
+  private readonly key: Buffer;
+
+  constructor(config: Config) {
+    if (config.EDGE_TOKEN_KEY) {
+      const raw = /^[0-9a-fA-F]{64}$/.test(config.EDGE_TOKEN_KEY)
+        ? Buffer.from(config.EDGE_TOKEN_KEY, 'hex')
+        : Buffer.from(config.EDGE_TOKEN_KEY, 'base64');
+      if (raw.length !== 32) throw new ConfigError('EDGE_TOKEN_KEY must be 32 bytes, as 64 hex characters or base64');
+      this.key = raw;
+    } else {
+      this.key = randomBytes(32);
+    }
+  }
+
+  seal(token: string): string {
+    const iv = randomBytes(12);
+    const cipher = createCipheriv('aes-256-gcm', this.key, iv);
+    const body = Buffer.concat([cipher.update(token, 'utf8'), cipher.final()]);
+    return ['v1', iv.toString('base64'), cipher.getAuthTag().toString('base64'), body.toString('base64')].join('.');
+  }
+
+  open(sealed: string): string {
+    const [v, iv, tag, body] = sealed.split('.');
+    if (v !== 'v1' || !iv || !tag || !body) throw new Error('sealed edge token has an unknown format');
+    const decipher = createDecipheriv('aes-256-gcm', this.key, Buffer.from(iv, 'base64'));
+    decipher.setAuthTag(Buffer.from(tag, 'base64'));
+    return Buffer.concat([decipher.update(Buffer.from(body, 'base64')), decipher.final()]).toString('utf8');
+  }
+}
+
+/** Replaces every occurrence of the token in a text (error messages from upstream libraries). */
+export function redactToken(text: string, token: string | undefined): string {
+  if (!token || token.length < 4) return text;
+  return text.split(token).join('[redacted]');
+}

@@ -1,0 +1,171 @@
+import type { Logger } from 'pino';
+import type { Config } from '../config.js';
+import { AppError, isAppError } from '../errors.js';
+import { findTool } from '../tools/index.js';
+import type { ToolProgress } from '../tools/types.js';
+import type { AccountsRepo } from '../db/accounts-repo.js';
+import type { CreditReservations } from './credits.js';
+import type { Settler } from './settler.js';
+import { redactToken, type EdgeTokenSealer } from './edge-token.js';
+import { invalidInput } from './validation.js';
+
+/** What a tool-call job carries in Redis. Never the edge token in clear text. */
+export interface CallJobData {
+  tool: string;
+  input: Record<string, unknown>;
+  accountId: string | null;
+  keyId: string | null;
+  /** Sub-key id when the caller used one (for balance views). */
+  subKeyId: string | null;
+  agentName: string | null;
+  /** x402 payer address for calls paid per call. */
+  payer: string | null;
+  /** Cents this job charges when it succeeds (0 for free tools, sandbox keys and x402 payments). */
+  priceCents: number;
+  /** Price of the tool, recorded in the ledger for x402 payments. */
+  listPriceCents: number;
+  sandbox: boolean;
+  requestId: string;
+  /** The caller's edge-network token, sealed (EdgeTokenSealer). */
+  edgeToken?: string;
+  /** Chain step after the first: the previous step's output fills the tool's q field. */
+  qFromPrevious?: boolean;
+}
+
+/** The body a successful call answers with (and the job's return value). */
+export interface CallResult {
+  result: unknown;
+  cost_cents: number;
+  remaining_credits: number | null;
+  sandbox?: true;
+}
+
+/** The worker-side view of one job run, kept free of BullMQ types. */
+export interface JobRun {
+  id: string;
+  attemptsMade: number;
+  maxAttempts: number;
+  signal: AbortSignal;
+  progress(p: ToolProgress): Promise<void>;
+  /** Output of the previous chain step (a flow child), when the job is a later chain step. */
+  previousOutput(): Promise<unknown>;
+}
+
+export class JobFailure extends Error {
+  constructor(
+    readonly error: AppError,
+    /** True when the job must not be retried. */
+    readonly final: boolean,
+  ) {
+    super(error.message);
+  }
+}
+
+/** Turns a previous step's output into the next step's `q` string. */
+export function outputAsQ(output: unknown): string {
+  if (typeof output === 'string') return output;
+  if (output && typeof output === 'object') {
+    // Tools that produce text put it in one of these fields; pass the text, not the wrapper.
+    for (const k of ['text', 'result', 'answer', 'content']) {
+      const v = (output as Record<string, unknown>)[k];
+      if (typeof v === 'string') return v;
+    }
+  }
+  return JSON.stringify(output);
+}
+
+export class ToolRunner {
+  constructor(
+    private readonly deps: {
+      config: Config;
+      log: Logger;
+      accounts: AccountsRepo;
+      credits: CreditReservations;
+      settler: Settler;
+      sealer: EdgeTokenSealer;
+    },
+  ) {}
+
+  async run(data: CallJobData, job: JobRun): Promise<CallResult> {
+    let edgeToken: string | undefined;
+    try {
+      const tool = findTool(data.tool);
+      if (!tool) throw new AppError('tool_not_found', `No tool named '${data.tool}'`);
+      let raw = data.input;
+      if (data.qFromPrevious) raw = { ...raw, [tool.qField]: outputAsQ(await job.previousOutput()) };
+      const parsed = tool.input.safeParse(raw);
+      if (!parsed.success) throw invalidInput(parsed.error, `Input for ${tool.name} is invalid`);
+      edgeToken = data.edgeToken ? this.deps.sealer.open(data.edgeToken) : undefined;
+      const usage: Record<string, number> = {};
+      const accountId = data.accountId;
+      const result = await tool.handler(parsed.data, {
+        config: this.deps.config,
+        log: this.deps.log.child({ job: job.id, tool: tool.name }),
+        signal: job.signal,
+        progress: (p) => job.progress(p),
+        sandbox: data.sandbox,
+        accountId: accountId ?? '',
+        keyId: data.subKeyId,
+        edgeToken,
+        balance: () => this.balance(accountId, data.subKeyId),
+        recordUsage: (u) => {
+          for (const [k, v] of Object.entries(u)) usage[k] = (usage[k] ?? 0) + v;
+        },
+      });
+      const charge = data.priceCents > 0 || data.payer !== null;
+      let remaining: number | null = null;
+      if (charge) {
+        remaining = await this.deps.settler.settle({
+          entryKey: job.id,
+          accountId,
+          keyId: data.keyId,
+          tool: tool.name,
+          amount: data.payer ? data.listPriceCents : data.priceCents,
+          agentName: data.agentName,
+          payer: data.payer,
+          usage: Object.keys(usage).length ? usage : null,
+          holdId: data.priceCents > 0 ? job.id : null,
+        });
+      } else if (accountId) {
+        remaining = await this.deps.accounts.credits(accountId);
+      }
+      return {
+        result,
+        cost_cents: data.sandbox ? 0 : data.payer ? data.listPriceCents : data.priceCents,
+        remaining_credits: data.payer ? null : remaining,
+        ...(data.sandbox ? { sandbox: true as const } : {}),
+      };
+    } catch (e) {
+      const err = this.normalise(e, edgeToken);
+      const final = !err.retryable || job.attemptsMade + 1 >= job.maxAttempts;
+      if (final) await this.releaseHold(data, job.id);
+      throw new JobFailure(err, final);
+    }
+  }
+
+  /** Gives back the hold of a job that failed for good. Safe to call more than once. */
+  async releaseHold(data: CallJobData, jobId: string): Promise<void> {
+    if (data.accountId && data.priceCents > 0) await this.deps.credits.release(data.accountId, [jobId]);
+  }
+
+  private async balance(accountId: string | null, subKeyId: string | null) {
+    if (!accountId) throw new AppError('invalid_input', 'check_balance needs an API key');
+    const [account, used] = await Promise.all([
+      this.deps.accounts.getAccount(accountId),
+      subKeyId ? this.deps.accounts.keyUsedThisMonth(subKeyId) : this.deps.accounts.accountUsedThisMonth(accountId),
+    ]);
+    return { credits: account.credits, plan: account.plan, used_this_month: used };
+  }
+
+  private normalise(e: unknown, edgeToken: string | undefined): AppError {
+    if (isAppError(e)) {
+      if (!edgeToken) return e;
+      const msg = redactToken(e.message, edgeToken);
+      return msg === e.message ? e : new AppError(e.code, msg, e.details, { retryable: e.retryable });
+    }
+    const message = redactToken(e instanceof Error ? e.message : String(e), edgeToken);
+    this.deps.log.error({ err: { message, name: (e as Error)?.name } }, 'tool failed unexpectedly');
+    // Unexpected faults may be transient (a dropped connection): retry, and report no internals.
+    return new AppError('internal_error', 'The tool failed unexpectedly', {}, { retryable: true });
+  }
+}

@@ -1,0 +1,143 @@
+import { z } from 'zod';
+import type { Logger } from 'pino';
+import { sql, type DatabasePool } from '../db/pool.js';
+import type { CreditReservations } from './credits.js';
+
+/** One successful call's charge, keyed by its job id so a repeated settlement is a no-op. */
+export interface Charge {
+  entryKey: string;
+  accountId: string | null;
+  keyId: string | null;
+  tool: string;
+  amount: number;
+  agentName: string | null;
+  payer: string | null;
+  usage: Record<string, number> | null;
+  /** Reservation to drop once the charge is durable (null for calls without a hold). */
+  holdId: string | null;
+}
+
+interface Pending {
+  charge: Charge;
+  resolve: (remaining: number | null) => void;
+  reject: (e: unknown) => void;
+}
+
+const SettledRow = z.object({ id: z.string(), credits: z.number().int() });
+
+/**
+ * Settles completed calls in Postgres in batches: every few milliseconds one statement inserts the
+ * batch's ledger rows (ON CONFLICT on the job id does nothing) and moves each account's balance by the
+ * sum of the rows actually inserted. A hot account thus pays one commit per batch, not per call, and a
+ * job delivered twice is charged once. Callers wait for the commit before their job completes, so a
+ * crash before it leaves the job to be redelivered and settled then.
+ */
+export class Settler {
+  private queue: Pending[] = [];
+  private timer: NodeJS.Timeout | null = null;
+  private flushing: Promise<void> | null = null;
+
+  constructor(
+    private readonly pool: DatabasePool,
+    private readonly credits: CreditReservations,
+    private readonly log: Logger,
+    private readonly batchMs: number,
+    private readonly batchMax: number,
+  ) {}
+
+  /** Resolves with the account's balance after the charge once it is committed. */
+  settle(charge: Charge): Promise<number | null> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ charge, resolve, reject });
+      if (this.queue.length >= this.batchMax) this.kick(0);
+      else this.kick(this.batchMs);
+    });
+  }
+
+  private kick(delay: number) {
+    if (this.flushing) return; // the running flush picks the queue up when it ends
+    if (this.timer && delay > 0) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = setTimeout(() => void this.flush(), delay);
+  }
+
+  private async flush(): Promise<void> {
+    this.timer = null;
+    const batch = this.queue.splice(0, this.batchMax);
+    if (!batch.length) return;
+    this.flushing = this.write(batch);
+    await this.flushing;
+    this.flushing = null;
+    if (this.queue.length) this.kick(this.queue.length >= this.batchMax ? 0 : this.batchMs);
+  }
+
+  private async write(batch: Pending[]): Promise<void> {
+    try {
+      const balances = await this.commit(batch.map((p) => p.charge));
+      const held = batch.filter((p) => p.charge.holdId && p.charge.accountId);
+      if (held.length) {
+        await this.credits.settled(held.map((p) => ({ accountId: p.charge.accountId!, holdId: p.charge.holdId! })));
+      }
+      for (const p of batch) p.resolve(p.charge.accountId ? (balances.get(p.charge.accountId) ?? null) : null);
+    } catch (e) {
+      this.log.error({ err: e, batch: batch.length }, 'settlement batch failed; jobs will be retried');
+      for (const p of batch) p.reject(e);
+    }
+  }
+
+  private async commit(charges: Charge[]): Promise<Map<string, number>> {
+    const rows = charges.map((c) => ({
+      entry_key: c.entryKey,
+      account_id: c.accountId,
+      key_id: c.keyId,
+      tool: c.tool,
+      amount: c.amount,
+      agent_name: c.agentName,
+      payer: c.payer,
+      usage: c.usage,
+      kind: c.accountId ? 'charge' : 'payment',
+    }));
+    // Deadlocks between two workers' batches touching the same accounts in another order are
+    // possible; Postgres aborts one statement, which is safe to run again as a whole.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const result = await this.pool.any(sql.type(SettledRow)`
+          WITH input AS (
+            SELECT * FROM jsonb_to_recordset(${sql.jsonb(rows)}) AS x(
+              entry_key text, account_id uuid, key_id uuid, tool text, amount bigint,
+              agent_name text, payer text, usage jsonb, kind text)
+          ), ins AS (
+            INSERT INTO ledger (entry_key, account_id, key_id, kind, tool, delta_cents, agent_name, payer, usage)
+            SELECT entry_key, account_id, key_id, kind, tool, -amount, agent_name, payer, usage FROM input
+            ON CONFLICT (entry_key) DO NOTHING
+            RETURNING account_id, delta_cents
+          ), agg AS (
+            SELECT account_id, SUM(delta_cents) AS d FROM ins WHERE account_id IS NOT NULL GROUP BY account_id
+          ), upd AS (
+            UPDATE accounts a SET credits = a.credits + agg.d FROM agg WHERE a.id = agg.account_id
+            RETURNING a.id, a.credits
+          )
+          SELECT a.id, COALESCE(upd.credits, a.credits) AS credits
+          FROM accounts a LEFT JOIN upd ON upd.id = a.id
+          WHERE a.id IN (SELECT account_id FROM input WHERE account_id IS NOT NULL)`);
+        return new Map(result.map((r) => [r.id, r.credits]));
+      } catch (e) {
+        const code = (e as { cause?: { code?: string } }).cause?.code ?? (e as { code?: string }).code;
+        if (code === '40P01' && attempt < 5) continue;
+        throw e;
+      }
+    }
+  }
+
+  /** Waits for queued charges to be written (graceful shutdown). */
+  async drain(): Promise<void> {
+    while (this.queue.length || this.flushing || this.timer) {
+      if (this.timer) {
+        clearTimeout(this.timer);
+        this.timer = null;
+        await this.flush();
+      } else if (this.flushing) await this.flushing;
+      else await this.flush();
+    }
+  }
+}

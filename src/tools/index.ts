@@ -1,0 +1,41 @@
+import type { Family } from '../config.js';
+import { AppError } from '../errors.js';
+import type { AnyTool, Plan } from './types.js';
+import { coreTools } from './core/index.js';
+import { webTools } from './web/index.js';
+import { llmTools } from './llm/index.js';
+import { edgeTools } from './edge/index.js';
+
+/**
+ * The registry: the single source of truth for every tool. Routes, workers, the catalogue, MCP and
+ * the manifest all read it.
+ */
+export const TOOLS: readonly AnyTool[] = [...coreTools, ...webTools, ...llmTools, ...edgeTools];
+
+const byName = new Map(TOOLS.map((t) => [t.name, t]));
+if (byName.size !== TOOLS.length) throw new Error('duplicate tool names in the registry');
+
+export function findTool(name: string): AnyTool | undefined {
+  return byName.get(name);
+}
+
+export function getTool(name: string): AnyTool {
+  const tool = byName.get(name);
+  if (!tool) throw new AppError('tool_not_found', `No tool named '${name}'. GET /tools lists them.`, { tool: name });
+  return tool;
+}
+
+export function toolsOfFamily(family: Family): AnyTool[] {
+  return TOOLS.filter((t) => t.family === family);
+}
+
+export function toolsByTier(): Record<Plan, AnyTool[]> {
+  const out: Record<Plan, AnyTool[]> = { free: [], starter: [], pro: [], enterprise: [] };
+  for (const t of TOOLS) out[t.tier].push(t);
+  return out;
+}
+
+/** "0.05" for 5 cents: the dollar string the spec uses wherever it shows a `cost`. */
+export function dollars(cents: number): string {
+  return (cents / 100).toFixed(2);
+}

@@ -1,0 +1,31 @@
+import pino from 'pino';
+import { loadConfig, type Config } from '../../src/config.js';
+import type { ToolContext, ToolProgress } from '../../src/tools/types.js';
+
+/**
+ * A ToolContext for calling a tool's handler directly in unit tests. Progress reports and recorded
+ * usage are collected so tests can assert on them.
+ */
+export function makeToolContext(overrides: Partial<ToolContext> & { env?: Record<string, string> } = {}) {
+  const { env, ...rest } = overrides;
+  const config: Config = rest.config ?? loadConfig({}, { LOG_LEVEL: 'silent', ...env });
+  const progress: ToolProgress[] = [];
+  const usage: Array<Record<string, number>> = [];
+  const ctx: ToolContext = {
+    config,
+    log: pino({ level: 'silent' }),
+    signal: new AbortController().signal,
+    progress: async (p) => {
+      progress.push(p);
+    },
+    sandbox: false,
+    accountId: '00000000-0000-0000-0000-000000000001',
+    keyId: null,
+    balance: async () => ({ credits: 1000, plan: 'pro', used_this_month: 0 }),
+    recordUsage: (u) => {
+      usage.push(u);
+    },
+    ...rest,
+  };
+  return { ctx, progress, usage };
+}

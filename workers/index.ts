@@ -1,0 +1,35 @@
+/**
+ * Worker entry: `npm run start:worker -- --family <family>` (repeat --family, or `all`). Runs the pools of
+ * those families against REDIS_URL and DATABASE_URL; scale by running more replicas.
+ */
+import { parseArgs } from 'node:util';
+import { checkServices, configOrDie, die, makeLogger, runMigrations } from '../src/bootstrap.js';
+import { createContainer } from '../src/container.js';
+import { FAMILIES, type Family } from '../src/config.js';
+
+const { values } = parseArgs({ options: { family: { type: 'string', multiple: true } }, allowPositionals: false });
+const asked = values.family ?? [];
+if (!asked.length) die(`pass --family <${FAMILIES.join('|')}|all> (repeatable)`);
+const families: Family[] = asked.includes('all') ? [...FAMILIES] : [];
+for (const f of asked) {
+  if (f === 'all') continue;
+  if (!(FAMILIES as readonly string[]).includes(f)) die(`unknown family '${f}'; families are ${FAMILIES.join(', ')}`);
+  families.push(f as Family);
+}
+
+const config = configOrDie();
+if (!config.EDGE_TOKEN_KEY && families.includes('edge')) {
+  die('EDGE_TOKEN_KEY is required when edge workers run in their own process (the API seals tokens with it); generate one with `openssl rand -hex 32`');
+}
+const log = makeLogger(config);
+await checkServices(config);
+await runMigrations(config, log);
+const container = await createContainer(config, log, { api: false, workerFamilies: families });
+log.info({ families }, 'worker process ready');
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(signal, () => {
+    log.info({ signal }, 'worker shutting down');
+    void container.close().then(() => process.exit(0), () => process.exit(1));
+  });
+}
