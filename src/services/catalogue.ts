@@ -84,7 +84,7 @@ export function rootDocument(base: string, config: Config) {
       stream: { example: { stream: true, m: 'compute', q: '2 * (3 + 4)' } },
       direct: { example: { m: 'compute', q: '2 * (3 + 4)' } },
     },
-    openai: { base_url: `${base}/v1`, models: Object.keys(llmChatModels) },
+    openai: { base_url: `${base}/v1`, models: [...llmChatModels.keys()] },
     docs: config.DOCS_URL ?? `${base}/docs`,
     npm: `TOLLGATE_URL=${base} TOLLGATE_API_KEY=<your key> npx -y tollgate`,
   };
