@@ -1,0 +1,138 @@
+import { z } from 'zod';
+import { defineTool } from '../types.js';
+import { CfClient, cfPath } from './cf-client.js';
+import { accountId, applyWrites, domainName, resolveAccountId, resolveZone, zoneRef, zoneSummary, type Zone, type ZoneSetting } from './common.js';
+
+export const cfListZones = defineTool({
+  name: 'cf_list_zones',
+  description: 'Lists the zones (domains) the Cloudflare token can see, with status, plan and name servers.',
+  tier: 'pro',
+  priceCents: 0,
+  family: 'edge',
+  needsEdgeToken: true,
+  input: z.object({
+    name: z.string().max(253).optional().describe('Only zones whose name contains this text (e.g. shop)'),
+    status: z.enum(['active', 'pending', 'initializing', 'moved', 'deleted', 'deactivated']).optional().describe('Only zones in this status'),
+    account_id: accountId.describe('Only zones of this account'),
+    limit: z.number().int().min(1).max(5000).default(500).describe('Most zones to return'),
+  }),
+  qField: 'name',
+  output: '{zones: [{id, name, status, paused, type, plan, name_servers, account}], count, total, truncated}',
+  examples: [{}, { status: 'pending' }, { name: 'shop' }],
+  handler: async (input, ctx) => {
+    const cf = new CfClient(ctx);
+    const query = {
+      // Cloudflare's name filter takes "contains:" for substring matches.
+      name: input.name ? `contains:${input.name.toLowerCase()}` : undefined,
+      status: input.status,
+      'account.id': input.account_id,
+    };
+    const { items, total, truncated } = await cf.listAll<Zone>('/zones', query, { perPage: 50, max: input.limit, what: 'zones' });
+    return { zones: items.map(zoneSummary), count: items.length, total, truncated };
+  },
+});
+
+const KEY_SETTINGS = ['ssl', 'security_level', 'development_mode', 'always_use_https', 'min_tls_version', 'cache_level', 'browser_cache_ttl'];
+
+export const cfGetZone = defineTool({
+  name: 'cf_get_zone',
+  description: 'Gets one zone: status, plan, name servers and its key settings (SSL mode, security level, dev mode...).',
+  tier: 'pro',
+  priceCents: 0,
+  family: 'edge',
+  needsEdgeToken: true,
+  input: z.object({ zone: zoneRef }),
+  qField: 'zone',
+  output: '{zone: {id, name, status, paused, type, plan, name_servers, original_name_servers, account}, settings: {ssl, security_level, ...}}',
+  examples: [{ zone: 'example.com' }, { zone: '023e105f4ecef8ad9ca31a8372d0c353' }],
+  handler: async (input, ctx) => {
+    const cf = new CfClient(ctx);
+    const zone = await resolveZone(cf, input.zone);
+    const all = await cf.get<ZoneSetting[]>(cfPath`/zones/${zone.id}/settings`);
+    const settings = Object.fromEntries(all.filter((s) => KEY_SETTINGS.includes(s.id)).map((s) => [s.id, s.value]));
+    return {
+      zone: { ...zoneSummary(zone), original_name_servers: zone.original_name_servers ?? [], development_mode_seconds: zone.development_mode ?? 0 },
+      settings,
+    };
+  },
+});
+
+export const cfCreateZone = defineTool({
+  name: 'cf_create_zone',
+  description: 'Adds a domain to the Cloudflare account as a new zone and returns the name servers to set at the registrar.',
+  tier: 'pro',
+  priceCents: 3,
+  family: 'edge',
+  needsEdgeToken: true,
+  sideEffects: true,
+  input: z.object({
+    name: domainName.describe('The domain to add, e.g. example.com'),
+    account_id: accountId,
+    type: z
+      .enum(['full', 'partial'])
+      .default('full')
+      .describe('full: Cloudflare runs the DNS (change name servers); partial: CNAME setup (Business plans and up)'),
+  }),
+  qField: 'name',
+  output: '{zone: {id, name, status, name_servers, ...}, next_step} or, for sandbox keys, {dry_run, requests}',
+  examples: [{ name: 'example.com' }, { name: 'example.org', account_id: '01a7362d577a6c3019a474fd6f485823', type: 'full' }],
+  handler: async (input, ctx) => {
+    const cf = new CfClient(ctx);
+    const account = await resolveAccountId(cf, input.account_id);
+    const applied = await applyWrites(cf, ctx, [{ method: 'POST', path: '/zones', body: { name: input.name, account: { id: account }, type: input.type } }]);
+    if ('dry' in applied) return applied.dry;
+    const zone = applied.results[0] as Zone;
+    const ns = zone.name_servers ?? [];
+    return {
+      zone: zoneSummary(zone),
+      next_step:
+        input.type === 'full' && ns.length
+          ? `At the registrar of ${zone.name}, replace the name servers with ${ns.join(' and ')}; the zone becomes active once Cloudflare sees them.`
+          : 'Follow the verification steps Cloudflare shows for this zone.',
+    };
+  },
+});
+
+/** Candidate zone names for a host, longest first: a.b.example.com -> a.b.example.com, b.example.com, example.com. */
+export function zoneCandidates(host: string): string[] {
+  const labels = host.split('.');
+  const out: string[] = [];
+  for (let i = 0; i <= labels.length - 2; i++) out.push(labels.slice(i).join('.'));
+  return out;
+}
+
+export const cfFindZone = defineTool({
+  name: 'cf_find_zone',
+  description: 'Finds the zone that holds a host name (api.shop.example.com -> shop.example.com or example.com, the longest match).',
+  tier: 'pro',
+  priceCents: 0,
+  family: 'edge',
+  needsEdgeToken: true,
+  input: z.object({
+    host: z
+      .string()
+      .max(253)
+      .transform((v) => v.replace(/^https?:\/\//i, '').replace(/[/:].*$/, ''))
+      .pipe(domainName)
+      .describe('A host name (or URL) inside the zone, e.g. api.shop.example.com'),
+  }),
+  qField: 'host',
+  output: '{host, found, zone: {id, name, status, ...} | null, record_name (host relative to the zone), checked: [names queried]}',
+  examples: [{ host: 'api.shop.example.com' }, { host: 'https://www.example.com/pricing' }],
+  handler: async (input, ctx) => {
+    const cf = new CfClient(ctx);
+    const checked: string[] = [];
+    const candidates = zoneCandidates(input.host);
+    for (const [i, name] of candidates.entries()) {
+      await ctx.progress({ stage: 'looking up zones', done: i, total: candidates.length, unit: 'names' });
+      checked.push(name);
+      const zones = await cf.get<Zone[]>('/zones', { name, per_page: 5 });
+      const zone = zones.find((z) => z.name === name);
+      if (zone) {
+        const rel = input.host === zone.name ? '@' : input.host.slice(0, -(zone.name.length + 1));
+        return { host: input.host, found: true, zone: zoneSummary(zone), record_name: rel, checked };
+      }
+    }
+    return { host: input.host, found: false, zone: null, record_name: null, checked };
+  },
+});
