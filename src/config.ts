@@ -44,8 +44,8 @@ export const ConfigSchema = z
     JOB_ATTEMPTS: int(3, 1, 10),
     /** BullMQ lock: a worker that dies mid-job has its job redelivered after about this long. */
     WORKER_LOCK_MS: int(30_000, 500, 600_000),
-    /** How long the settler waits to gather completions into one Postgres transaction. */
-    SETTLE_BATCH_MS: int(2, 0, 1000),
+    /** Extra wait before a settlement write to gather more completions (0: group commit only). */
+    SETTLE_BATCH_MS: int(0, 0, 1000),
     SETTLE_BATCH_MAX: int(500, 1, 10_000),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
     /** host:port pairs that page_fetch may reach even though they resolve to blocked addresses. */

@@ -49,16 +49,23 @@ export class Settler {
   settle(charge: Charge): Promise<number | null> {
     return new Promise((resolve, reject) => {
       this.queue.push({ charge, resolve, reject });
-      if (this.queue.length >= this.batchMax) this.kick(0);
-      else this.kick(this.batchMs);
+      this.schedule();
     });
   }
 
-  private kick(delay: number) {
-    if (this.flushing) return; // the running flush picks the queue up when it ends
-    if (this.timer && delay > 0) return;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = setTimeout(() => void this.flush(), delay);
+  /**
+   * Group commit: when no write is running, the next one starts at once (after `batchMs`, 0 by
+   * default, and the current tick, so charges arriving together go together); while one runs, new
+   * charges wait and all go in the next statement. Idle latency stays one round trip and a hot
+   * account's throughput is bounded by statements, not by rows.
+   */
+  private schedule() {
+    if (this.flushing || this.timer) return;
+    if (this.queue.length >= this.batchMax || this.batchMs === 0) {
+      this.timer = setImmediate(() => void this.flush()) as unknown as NodeJS.Timeout;
+    } else {
+      this.timer = setTimeout(() => void this.flush(), this.batchMs);
+    }
   }
 
   private async flush(): Promise<void> {
@@ -68,7 +75,7 @@ export class Settler {
     this.flushing = this.write(batch);
     await this.flushing;
     this.flushing = null;
-    if (this.queue.length) this.kick(this.queue.length >= this.batchMax ? 0 : this.batchMs);
+    if (this.queue.length) this.schedule();
   }
 
   private async write(batch: Pending[]): Promise<void> {
@@ -131,12 +138,8 @@ export class Settler {
 
   /** Waits for queued charges to be written (graceful shutdown). */
   async drain(): Promise<void> {
-    while (this.queue.length || this.flushing || this.timer) {
-      if (this.timer) {
-        clearTimeout(this.timer);
-        this.timer = null;
-        await this.flush();
-      } else if (this.flushing) await this.flushing;
+    while (this.queue.length || this.flushing) {
+      if (this.flushing) await this.flushing;
       else await this.flush();
     }
   }
