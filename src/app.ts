@@ -6,6 +6,8 @@ import { installErrorHandling } from './plugins/errors.js';
 import type { KeyCaller } from './services/auth.js';
 import { metaRoutes } from './routes/meta.js';
 import { callRoutes } from './routes/calls.js';
+import { subkeyRoutes } from './routes/subkeys.js';
+import { rateLimitHeaders } from './services/rate-limit.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -38,9 +40,11 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
     },
   }) as unknown as FastifyInstance;
   app.decorate('container', container);
-  app.decorate('authenticate', async (req: FastifyRequest) => {
+  app.decorate('authenticate', async (req: FastifyRequest, reply: FastifyReply) => {
     const caller = await api.auth.authenticate(req.headers.authorization);
     req.caller = caller;
+    const state = await api.limiter.hit(caller.accountId, api.limiter.limitFor(caller.plan, caller.rpm));
+    reply.headers(rateLimitHeaders(state));
     return caller;
   });
   app.addHook('onSend', async (req, reply) => {
@@ -49,5 +53,6 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
   installErrorHandling(app);
   await app.register(metaRoutes);
   await app.register(callRoutes);
+  await app.register(subkeyRoutes);
   return app;
 }

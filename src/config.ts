@@ -60,7 +60,9 @@ export const ConfigSchema = z
     BODY_LIMIT: int(1_048_576, 1024, 20_000_000),
     /** Seconds a key lookup may be cached; revocations are also pushed to every replica at once. */
     KEY_CACHE_SECONDS: int(1, 0, 60),
-    ENTERPRISE_DEFAULT_RPM: int(600, 1, 1_000_000),
+    ENTERPRISE_DEFAULT_RPM: int(600, 1, 100_000_000),
+    /** Length of the rate-limit window. Limits are per minute; tests shorten the window to show its edges. */
+    RATE_LIMIT_WINDOW_MS: int(60_000, 100, 3_600_000),
     SEED_DEMO: bool.default('false'),
     DOCS_URL: optionalUrl,
     /** Origins allowed to call /mcp from a browser (DNS-rebinding protection). Empty = same host only. */

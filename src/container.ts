@@ -13,6 +13,8 @@ import { EdgeTokenSealer } from './services/edge-token.js';
 import { ToolRunner } from './services/runner.js';
 import { KeyAuthenticator } from './services/auth.js';
 import { CallService } from './services/calls.js';
+import { RateLimiter } from './services/rate-limit.js';
+import { Idempotency } from './services/idempotency.js';
 
 export interface Container {
   config: Config;
@@ -27,7 +29,7 @@ export interface Container {
   runner: ToolRunner;
   settler: Settler;
   /** Present in processes that serve HTTP. */
-  api?: { dispatcher: CompletionDispatcher; auth: KeyAuthenticator; calls: CallService };
+  api?: { dispatcher: CompletionDispatcher; auth: KeyAuthenticator; calls: CallService; limiter: RateLimiter; idempotency: Idempotency };
   workers?: WorkerPool;
   close(): Promise<void>;
 }
@@ -81,7 +83,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     closers.push(async () => sub.quit());
     closers.push(() => dispatcher.close());
     const calls = new CallService({ config, queues, dispatcher, credits, sealer, records });
-    c.api = { dispatcher, auth, calls };
+    c.api = { dispatcher, auth, calls, limiter: new RateLimiter(redis, config), idempotency: new Idempotency(redis, config.REDIS_PREFIX) };
   }
   return c;
 }

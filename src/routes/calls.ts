@@ -1,5 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { CallAnswer } from '../services/calls.js';
+import type { KeyCaller } from '../services/auth.js';
+import { Idempotency, type StoredResponse } from '../services/idempotency.js';
 
 /** `Prefer: respond-async` (RFC 7240) asks for the 202 at once. */
 export function wantsAsync(req: FastifyRequest): boolean {
@@ -12,10 +14,37 @@ export function edgeTokenHeader(req: FastifyRequest): string | undefined {
   return typeof v === 'string' && v.trim() ? v.trim() : undefined;
 }
 
-export function sendAnswer(reply: FastifyReply, answer: CallAnswer) {
-  reply.header('x-job-id', answer.jobId);
-  if (answer.status === 202) reply.header('location', answer.body.status_url);
-  return reply.status(answer.status).send(answer.body);
+/** A call's answer as a stored, replayable response. */
+export function answerResponse(answer: CallAnswer): StoredResponse {
+  return {
+    status: answer.status,
+    headers: { 'x-job-id': answer.jobId, ...(answer.status === 202 ? { location: answer.body.status_url } : {}) },
+    body: answer.body,
+  };
+}
+
+/**
+ * Runs `exec` under the request's Idempotency-Key when it has one: a retry with the same key and body
+ * answers with the first response and runs nothing.
+ */
+export async function sendIdempotent(req: FastifyRequest, reply: FastifyReply, caller: KeyCaller, exec: () => Promise<StoredResponse>) {
+  const idemKey = req.headers['idempotency-key'];
+  let res: StoredResponse;
+  if (typeof idemKey === 'string') {
+    const { idempotency } = req.server.container.api!;
+    const fingerprint = Idempotency.fingerprint(req.method, req.url, req.body);
+    const out = await idempotency.run(caller.keyId, idemKey, fingerprint, exec);
+    if (out.replayed) reply.header('idempotent-replayed', 'true');
+    res = out;
+    if (out.replayed && out.status >= 400) {
+      const body = out.body as { error: Record<string, unknown> };
+      res = { ...out, body: { error: { ...body.error, request_id: req.id } } };
+    }
+  } else {
+    res = await exec();
+  }
+  reply.headers(res.headers);
+  return reply.status(res.status).send(res.body);
 }
 
 export async function callRoutes(app: FastifyInstance): Promise<void> {
@@ -23,12 +52,15 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
 
   app.post<{ Params: { name: string } }>('/tools/:name', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
-    const answer = await calls.call(caller, req.params.name, req.body, {
-      requestId: req.id,
-      respondAsync: wantsAsync(req),
-      edgeToken: edgeTokenHeader(req),
-    });
-    return sendAnswer(reply, answer);
+    return sendIdempotent(req, reply, caller, async () =>
+      answerResponse(
+        await calls.call(caller, req.params.name, req.body, {
+          requestId: req.id,
+          respondAsync: wantsAsync(req),
+          edgeToken: edgeTokenHeader(req),
+        }),
+      ),
+    );
   });
 
   app.get<{ Params: { id: string } }>('/jobs/:id', async (req, reply) => {

@@ -18,6 +18,9 @@ export const ENDPOINTS: Record<string, string> = {
   'GET /jobs/{id}': 'Status and result of a call (same key only)',
   'GET /balance': 'Credits, plan and this month\u2019s use',
   'GET /v1/manifest': 'Tool tiers and prices, machine-readable',
+  'GET /subkeys': "The account's sub-keys with this month's use (enterprise)",
+  'POST /subkeys/create': 'Create a sub-key with a monthly limit and allowed tools (enterprise)',
+  'DELETE /subkeys/{key_id}': 'Revoke a sub-key at once',
 };
 
 const schemaCache = new WeakMap<AnyTool, object>();

@@ -14,7 +14,7 @@ describe('exact credit under concurrency', () => {
 
   it('with credit for N calls, 4N concurrent calls give exactly N successes and a balance of 0', async () => {
     const N = 25;
-    const acct = await h.account('pro', N * 2);
+    const acct = await h.account('enterprise', N * 2, { rpm: 100_000 });
     const results = await Promise.all(
       Array.from({ length: 4 * N }, (_, i) => h.call('compute', { expression: `${i} + 1` }, acct.apiKey)),
     );

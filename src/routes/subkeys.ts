@@ -1,0 +1,79 @@
+import type { FastifyInstance } from 'fastify';
+import { z } from 'zod';
+import { AppError } from '../errors.js';
+import { findTool } from '../tools/index.js';
+import type { KeyCaller } from '../services/auth.js';
+import { KeyAuthenticator } from '../services/auth.js';
+import { parseOrThrow } from '../services/validation.js';
+
+const CreateSubKey = z
+  .object({
+    name: z.string().trim().min(1).max(100),
+    monthly_limit: z.number().int().positive('must be a positive number of cents').max(1_000_000_000),
+    allowed_tools: z
+      .array(z.string())
+      .min(1, 'list at least one tool')
+      .max(500)
+      .superRefine((names, ctx) => {
+        const unknown = names.filter((n) => !findTool(n));
+        if (unknown.length) ctx.addIssue({ code: 'custom', message: `unknown tools: ${unknown.join(', ')}` });
+      })
+      .transform((names) => [...new Set(names)]),
+  })
+  .strict();
+
+/** Only enterprise accounts' own keys manage sub-keys; sub-keys and sandbox keys never do. */
+function requireManager(caller: KeyCaller): void {
+  if (caller.keyType === 'sub') throw new AppError('forbidden', 'A sub-key cannot list, create or delete sub-keys');
+  if (caller.keyType === 'test') throw new AppError('forbidden', 'Sandbox keys cannot manage sub-keys; use a production key');
+  if (caller.plan !== 'enterprise') {
+    throw new AppError('plan_required', 'Sub-keys are an enterprise feature', { required_plan: 'enterprise', current_plan: caller.plan });
+  }
+}
+
+export async function subkeyRoutes(app: FastifyInstance): Promise<void> {
+  const { accounts, redis, config } = app.container;
+
+  app.post('/subkeys/create', async (req, reply) => {
+    const caller = await app.authenticate(req, reply);
+    requireManager(caller);
+    const input = parseOrThrow(CreateSubKey, req.body, 'Sub-key request is invalid');
+    const key = await accounts.createKey({
+      accountId: caller.accountId,
+      type: 'sub',
+      name: input.name,
+      monthlyLimitCents: input.monthly_limit,
+      allowedTools: input.allowed_tools,
+      createdByKeyId: caller.keyId,
+    });
+    return reply.status(201).send({
+      key_id: key.key_id,
+      api_key: key.api_key,
+      name: input.name,
+      monthly_limit: input.monthly_limit,
+      allowed_tools: input.allowed_tools,
+      used_this_month: 0,
+      created_at: key.created_at,
+    });
+  });
+
+  app.get('/subkeys', async (req, reply) => {
+    const caller = await app.authenticate(req, reply);
+    requireManager(caller);
+    return { subkeys: await accounts.listSubKeys(caller.accountId) };
+  });
+
+  app.delete<{ Params: { key_id: string } }>('/subkeys/:key_id', async (req, reply) => {
+    const caller = await app.authenticate(req, reply);
+    requireManager(caller);
+    const id = req.params.key_id;
+    const revoked = z.string().uuid().safeParse(id).success
+      ? await accounts.revokeKey(id, { accountId: caller.accountId, type: 'sub' })
+      : null;
+    if (!revoked) throw new AppError('not_found', `No sub-key ${id} on this account`);
+    // This replica forgets the key now; the others on the broadcast, within milliseconds.
+    app.container.api!.auth.clear();
+    await KeyAuthenticator.broadcast(redis, config.REDIS_PREFIX);
+    return { key_id: id, revoked: true };
+  });
+}

@@ -1,0 +1,83 @@
+import type { Redis } from 'ioredis';
+import type { Config } from '../config.js';
+import { AppError } from '../errors.js';
+import type { Plan } from '../tools/types.js';
+
+export const PLAN_RPM: Record<Exclude<Plan, 'enterprise'>, number> = { free: 10, starter: 30, pro: 60 };
+
+/**
+ * Sliding-window log per account: a sorted set of the admitted requests' times (Redis server time,
+ * so every replica agrees). One script drops entries older than a minute, counts, and admits or
+ * refuses atomically, so any number of API replicas together admit exactly `limit` requests in any
+ * 60-second window: no 2x burst across a boundary as with fixed windows.
+ */
+// KEYS: log   ARGV: limit, windowMs, member suffix
+const SLIDE = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+local count = redis.call('ZCARD', KEYS[1])
+local admitted = 0
+if count < limit then
+  redis.call('ZADD', KEYS[1], now, now .. ':' .. ARGV[3])
+  count = count + 1
+  admitted = 1
+end
+redis.call('PEXPIRE', KEYS[1], window)
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local reset = 0
+if oldest[2] then reset = tonumber(oldest[2]) + window - now end
+return {admitted, limit - count, reset}
+`;
+
+export interface RateLimitState {
+  limit: number;
+  remaining: number;
+  /** Whole seconds until the window frees a request. */
+  resetSeconds: number;
+}
+
+type Scripted = Redis & { tgSlide(keys: 1, ...args: Array<string | number>): Promise<[number, number, number]> };
+
+export class RateLimiter {
+  private readonly redis: Scripted;
+  private seq = 0;
+  private readonly node = Math.random().toString(36).slice(2, 8);
+
+  constructor(
+    redis: Redis,
+    private readonly config: Config,
+  ) {
+    const r: Redis = redis;
+    if (!('tgSlide' in r)) r.defineCommand('tgSlide', { lua: SLIDE });
+    this.redis = redis as Scripted;
+  }
+
+  limitFor(plan: Plan, rpm: number | null): number {
+    if (plan === 'enterprise') return rpm ?? this.config.ENTERPRISE_DEFAULT_RPM;
+    return PLAN_RPM[plan];
+  }
+
+  /** Counts one request; throws rate_limited (429 + Retry-After) when the window is full. */
+  async hit(accountId: string, limit: number): Promise<RateLimitState> {
+    const key = `${this.config.REDIS_PREFIX}:rl:${accountId}`;
+    const [admitted, remaining, resetMs] = await this.redis.tgSlide(1, key, limit, this.config.RATE_LIMIT_WINDOW_MS, `${this.node}:${++this.seq}`);
+    const state = { limit, remaining: Math.max(0, remaining), resetSeconds: Math.max(admitted ? 0 : 1, Math.ceil(resetMs / 1000)) };
+    if (!admitted) {
+      throw new AppError('rate_limited', `Rate limit of ${limit} requests per minute reached; retry in ${state.resetSeconds} s`, { retry_after: state.resetSeconds, limit }, {
+        headers: { 'retry-after': String(state.resetSeconds), ...rateLimitHeaders(state) },
+      });
+    }
+    return state;
+  }
+}
+
+export function rateLimitHeaders(s: RateLimitState): Record<string, string> {
+  return {
+    'x-ratelimit-limit': String(s.limit),
+    'x-ratelimit-remaining': String(s.remaining),
+    'x-ratelimit-reset': String(s.resetSeconds),
+  };
+}
