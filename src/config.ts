@@ -63,7 +63,6 @@ export const ConfigSchema = z
     ENTERPRISE_DEFAULT_RPM: int(600, 1, 100_000_000),
     /** Length of the rate-limit window. Limits are per minute; tests shorten the window to show its edges. */
     RATE_LIMIT_WINDOW_MS: int(60_000, 100, 3_600_000),
-    SEED_DEMO: bool.default('false'),
     DOCS_URL: optionalUrl,
     /** Origins allowed to call /mcp from a browser (DNS-rebinding protection). Empty = same host only. */
     MCP_ALLOWED_ORIGINS: csv,

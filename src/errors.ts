@@ -75,7 +75,11 @@ export class AppError extends Error {
 
   static fromJSON(e: SerializedError): AppError {
     const code = e.code in ERROR_STATUS ? (e.code as ErrorCode) : 'internal_error';
-    return new AppError(code, e.message, e.details ?? {});
+    const details = e.details ?? {};
+    // Headers do not travel through job data; the one that matters to clients is rebuilt here.
+    const retryAfter = details.retry_after;
+    const headers: Record<string, string> = typeof retryAfter === 'number' ? { 'retry-after': String(retryAfter) } : {};
+    return new AppError(code, e.message, details, { headers });
   }
 }
 

@@ -2,7 +2,6 @@ import { buildApp } from './app.js';
 import { checkServices, configOrDie, die, makeLogger, runMigrations } from './bootstrap.js';
 import { createContainer } from './container.js';
 import { FAMILIES } from './config.js';
-import { seedDemo } from './services/seed.js';
 
 const config = configOrDie();
 if (config.WORKERS === 'off' && !config.EDGE_TOKEN_KEY) {
@@ -15,7 +14,6 @@ const container = await createContainer(config, log, {
   api: true,
   workerFamilies: config.WORKERS === 'inline' ? FAMILIES : [],
 });
-if (config.SEED_DEMO) await seedDemo(container);
 const app = await buildApp(container, { logger: log });
 await app.listen({ port: config.PORT, host: config.HOST });
 log.info({ port: config.PORT, workers: config.WORKERS }, 'tollgate listening');

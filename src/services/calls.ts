@@ -22,6 +22,11 @@ export interface CallOptions {
   edgeToken?: string;
   /** Called with the job id as soon as it is queued (streaming). */
   onQueued?: (jobId: string) => void;
+  /**
+   * Called with the job id after admission, just before the job is queued. Subscribe to the
+   * dispatcher here to be sure of seeing every progress event (the chat and MCP endpoints do).
+   */
+  onJobId?: (jobId: string) => void;
 }
 
 /** Checks that the caller's plan and key may use the tool. */
@@ -120,6 +125,7 @@ export class CallService {
     const data = this.jobData(caller, tool, input, opts.requestId, edgeToken);
     await this.reserve(caller, [{ jobId, data }]);
     const wait = opts.respondAsync ? null : this.deps.dispatcher.waitFor(jobId, this.deps.config.SYNC_TIMEOUT_MS);
+    opts.onJobId?.(jobId);
     try {
       await this.deps.queues.add(tool.family, jobId, data);
     } catch (e) {
@@ -153,7 +159,7 @@ export class CallService {
 }
 
 function withJob(err: AppError, jobId: string): AppError {
-  return new AppError(err.code, err.message, { ...err.details, job_id: jobId });
+  return new AppError(err.code, err.message, { ...err.details, job_id: jobId }, { headers: { ...err.headers, 'x-job-id': jobId } });
 }
 
 export function newRequestId(): string {
