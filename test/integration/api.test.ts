@@ -209,3 +209,49 @@ describe('GET /balance', () => {
     expect(json(res)).toMatchObject({ credits: 18, plan: 'pro', used_this_month: 2 });
   });
 });
+
+describe('page_fetch SSRF guard through the full call path', () => {
+  it('refuses loopback, metadata and redirects to them, charging nothing', async () => {
+    const http = await import('node:http');
+    const target = http.createServer((_req, res) => res.end('secret'));
+    await new Promise<void>((r) => target.listen(0, '127.0.0.1', r));
+    const port = (target.address() as { port: number }).port;
+    const redirector = http.createServer((_req, res) => {
+      res.writeHead(302, { location: `http://127.0.0.1:${port}/` });
+      res.end();
+    });
+    await new Promise<void>((r) => redirector.listen(0, '127.0.0.1', r));
+    const rport = (redirector.address() as { port: number }).port;
+    // Only the redirector is exempt; the address it redirects to is not.
+    const guarded = await startHarness({ FETCH_ALLOWED_HOSTS: `127.0.0.1:${rport}` }, { workers: ['web'] });
+    try {
+      const acct = await guarded.account('free', 0);
+      for (const url of [`http://127.0.0.1:${port}/`, 'http://169.254.169.254/latest/meta-data/', 'http://[::1]:80/', 'http://10.0.0.1/', 'http://localhost/']) {
+        const res = await guarded.call('page_fetch', { url }, acct.apiKey);
+        expect(res.statusCode, url).toBe(400);
+        expect(json(res).error).toMatchObject({ code: 'invalid_input', reason: 'blocked_address' });
+      }
+      const viaRedirect = await guarded.call('page_fetch', { url: `http://127.0.0.1:${rport}/` }, acct.apiKey);
+      expect(viaRedirect.statusCode).toBe(400);
+      expect(json(viaRedirect).error.reason).toBe('blocked_address');
+    } finally {
+      await guarded.close();
+      target.close();
+      redirector.close();
+    }
+  });
+});
+
+describe('GET /health when a dependency is down', () => {
+  it('answers 503 naming Postgres', async () => {
+    const broken = await startHarness({}, { workers: [] });
+    try {
+      await broken.container.pool.end();
+      const res = await broken.request({ method: 'GET', url: '/health' });
+      expect(res.statusCode).toBe(503);
+      expect(json(res)).toMatchObject({ status: 'degraded', checks: { redis: 'ok', postgres: 'down' } });
+    } finally {
+      await broken.close();
+    }
+  });
+});
