@@ -109,24 +109,7 @@ export class Settler {
     for (let attempt = 1; ; attempt++) {
       try {
         const result = await this.pool.any(sql.type(SettledRow)`
-          WITH input AS (
-            SELECT * FROM jsonb_to_recordset(${sql.jsonb(rows)}) AS x(
-              entry_key text, account_id uuid, key_id uuid, tool text, amount bigint,
-              agent_name text, payer text, usage jsonb, kind text)
-          ), ins AS (
-            INSERT INTO ledger (entry_key, account_id, key_id, kind, tool, delta_cents, agent_name, payer, usage)
-            SELECT entry_key, account_id, key_id, kind, tool, -amount, agent_name, payer, usage FROM input
-            ON CONFLICT (entry_key) DO NOTHING
-            RETURNING account_id, delta_cents
-          ), agg AS (
-            SELECT account_id, SUM(delta_cents) AS d FROM ins WHERE account_id IS NOT NULL GROUP BY account_id
-          ), upd AS (
-            UPDATE accounts a SET credits = a.credits + agg.d FROM agg WHERE a.id = agg.account_id
-            RETURNING a.id, a.credits
-          )
-          SELECT a.id, COALESCE(upd.credits, a.credits) AS credits
-          FROM accounts a LEFT JOIN upd ON upd.id = a.id
-          WHERE a.id IN (SELECT account_id FROM input WHERE account_id IS NOT NULL)`);
+          SELECT account_id AS id, credits FROM settle_charges(${sql.jsonb(rows)})`);
         return new Map(result.map((r) => [r.id, r.credits]));
       } catch (e) {
         const code = (e as { cause?: { code?: string } }).cause?.code ?? (e as { code?: string }).code;
