@@ -7,6 +7,7 @@ import { JobQueues } from './queue/queues.js';
 import { CompletionDispatcher } from './queue/dispatcher.js';
 import { JobRecords } from './queue/job-records.js';
 import { WorkerPool } from './queue/worker-pool.js';
+import { JobEventLog } from './queue/job-events.js';
 import { CreditReservations } from './services/credits.js';
 import { Settler } from './services/settler.js';
 import { EdgeTokenSealer } from './services/edge-token.js';
@@ -15,6 +16,8 @@ import { KeyAuthenticator } from './services/auth.js';
 import { CallService } from './services/calls.js';
 import { RateLimiter } from './services/rate-limit.js';
 import { Idempotency } from './services/idempotency.js';
+import { PayPerCall } from './services/pay-per-call.js';
+import { createSettler } from './services/x402/settler.js';
 
 export interface Container {
   config: Config;
@@ -29,7 +32,7 @@ export interface Container {
   runner: ToolRunner;
   settler: Settler;
   /** Present in processes that serve HTTP. */
-  api?: { dispatcher: CompletionDispatcher; auth: KeyAuthenticator; calls: CallService; limiter: RateLimiter; idempotency: Idempotency };
+  api?: { dispatcher: CompletionDispatcher; auth: KeyAuthenticator; calls: CallService; limiter: RateLimiter; idempotency: Idempotency; payPerCall?: PayPerCall };
   workers?: WorkerPool;
   close(): Promise<void>;
 }
@@ -63,7 +66,9 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   closers.push(() => queues.close());
 
   if (opts.workerFamilies.length) {
-    const workers = new WorkerPool({ config, log, runner, records }, opts.workerFamilies);
+    // The event log keeps progress for SSE replay (GET /jobs/{id}/events, src/queue/job-events.ts).
+    const events = new JobEventLog(redis, config.REDIS_PREFIX);
+    const workers = new WorkerPool({ config, log, runner, records, events }, opts.workerFamilies);
     await workers.start();
     c.workers = workers;
     // Workers close first (finish their jobs), then the settler drains, then connections.
@@ -83,7 +88,12 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     closers.push(async () => sub.quit());
     closers.push(() => dispatcher.close());
     const calls = new CallService({ config, queues, dispatcher, credits, sealer, records });
-    c.api = { dispatcher, auth, calls, limiter: new RateLimiter(redis, config), idempotency: new Idempotency(redis, config.REDIS_PREFIX) };
+    const idempotency = new Idempotency(redis, config.REDIS_PREFIX);
+    c.api = { dispatcher, auth, calls, limiter: new RateLimiter(redis, config), idempotency };
+    if (config.X402_ENABLED) {
+      const x402 = { config, db: pool, settler: createSettler(config), log };
+      c.api.payPerCall = new PayPerCall({ x402, pool, idempotency, log });
+    }
   }
   return c;
 }

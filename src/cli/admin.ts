@@ -13,6 +13,7 @@ import { AdminService } from '../services/admin.js';
 import { AppError, isAppError } from '../errors.js';
 import { PLANS } from '../tools/types.js';
 import { parseOrThrow } from '../services/validation.js';
+import { createSettler, exportAwaitingSettlement, listAwaitingSettlement, markFailed, markSettled, settleAwaitingPayments } from '../services/x402/index.js';
 
 const USAGE = `usage: npm run admin -- <command>
   account create --plan <free|starter|pro|enterprise> --credits <cents> [--name <text>]
@@ -20,7 +21,12 @@ const USAGE = `usage: npm run admin -- <command>
   account set    --account <id> [--plan <plan>] [--rpm <n>] [--elite true|false]
   credits add    --account <id> --cents <n>
   key create     --account <id> --type <production|test|agent|vip> [--name <text>]
-  key revoke     --key <key_id>`;
+  key revoke     --key <key_id>
+  payments list                                      x402 payments awaiting settlement (JSON)
+  payments export                                    the same as JSON lines, each with the facilitator /settle body
+  payments settle                                    submit them to X402_FACILITATOR_URL
+  payments mark-settled --id <payment_id> --tx <transaction hash>
+  payments mark-failed  --id <payment_id> --reason <text>`;
 
 const { positionals, values } = parseArgs({
   allowPositionals: true,
@@ -34,6 +40,9 @@ const { positionals, values } = parseArgs({
     key: { type: 'string' },
     rpm: { type: 'string' },
     elite: { type: 'string' },
+    id: { type: 'string' },
+    tx: { type: 'string' },
+    reason: { type: 'string' },
     help: { type: 'boolean' },
   },
 });
@@ -64,7 +73,7 @@ async function main(): Promise<unknown> {
         return { account_id: r.account_id, api_key: r.api_key, key_id: r.key_id, plan: r.plan, credits: r.credits };
       }
       case 'account show':
-        return admin.showAccount(flags({ account: uuid }).account);
+        return await admin.showAccount(flags({ account: uuid }).account);
       case 'account set': {
         const f = flags({
           account: uuid,
@@ -72,18 +81,42 @@ async function main(): Promise<unknown> {
           rpm: z.coerce.number().int().positive().optional(),
           elite: z.enum(['true', 'false']).transform((v) => v === 'true').optional(),
         });
-        return admin.setAccount(f.account, { plan: f.plan, rpm: f.rpm, elite: f.elite });
+        return await admin.setAccount(f.account, { plan: f.plan, rpm: f.rpm, elite: f.elite });
       }
       case 'credits add': {
         const f = flags({ account: uuid, cents });
-        return admin.addCredits(f.account, f.cents);
+        return await admin.addCredits(f.account, f.cents);
       }
       case 'key create': {
         const f = flags({ account: uuid, type: z.enum(['production', 'test', 'agent', 'vip']), name: z.string().optional() });
-        return admin.createKey(f.account, f.type, f.name);
+        return await admin.createKey(f.account, f.type, f.name);
       }
       case 'key revoke':
-        return admin.revokeKey(flags({ key: uuid }).key);
+        return await admin.revokeKey(flags({ key: uuid }).key);
+      case 'payments list': {
+        const now = BigInt(Math.floor(Date.now() / 1000));
+        const payments = (await listAwaitingSettlement(pool, { limit: 100_000 })).map(({ payment_payload: _p, payment_requirements: _r, ...p }) => ({
+          ...p,
+          expired: BigInt(p.valid_before) <= now,
+        }));
+        return { count: payments.length, payments };
+      }
+      // `return await` in this block: the pool closes in `finally`, so results are awaited before it.
+      case 'payments export':
+        return await exportAwaitingSettlement(pool);
+      case 'payments settle':
+        if (!config.X402_FACILITATOR_URL) throw new AppError('invalid_input', 'payments settle needs X402_FACILITATOR_URL (an x402 facilitator)');
+        return await settleAwaitingPayments(pool, createSettler(config));
+      case 'payments mark-settled': {
+        const f = flags({ id: uuid, tx: z.string({ required_error: 'is required' }).regex(/^0x[0-9a-fA-F]{64}$/, 'must be a 0x-prefixed 32-byte transaction hash') });
+        if (!(await markSettled(pool, f.id, f.tx.toLowerCase()))) throw paymentNotOpen(f.id);
+        return { id: f.id, status: 'settled', tx_hash: f.tx.toLowerCase() };
+      }
+      case 'payments mark-failed': {
+        const f = flags({ id: uuid, reason: z.string({ required_error: 'is required' }).trim().min(1).max(400) });
+        if (!(await markFailed(pool, f.id, `operator: ${f.reason}`))) throw paymentNotOpen(f.id);
+        return { id: f.id, status: 'failed', error: `operator: ${f.reason}` };
+      }
       default:
         throw new AppError('invalid_input', `unknown command '${command}'\n${USAGE}`);
     }
@@ -93,9 +126,14 @@ async function main(): Promise<unknown> {
   }
 }
 
+function paymentNotOpen(id: string): AppError {
+  return new AppError('not_found', `No x402 payment ${id} that is reserved or awaiting settlement (settled and failed payments are final)`);
+}
+
 main().then(
   (out) => {
-    process.stdout.write(JSON.stringify(out) + '\n');
+    // A string is already the output (payments export: JSON lines).
+    process.stdout.write(typeof out === 'string' ? out : JSON.stringify(out) + '\n');
     process.exit(0);
   },
   (e) => {

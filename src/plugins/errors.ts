@@ -1,5 +1,7 @@
 import type { FastifyError, FastifyInstance } from 'fastify';
 import { AppError, envelope, isAppError } from '../errors.js';
+import { isPaymentError, paymentErrorBody } from '../services/x402/requirements.js';
+import { isOpenAiPath, openAiErrorBody } from '../routes/openai.js';
 
 /** The one place errors become responses: every failure leaves in the documented envelope. */
 export function installErrorHandling(app: FastifyInstance): void {
@@ -8,11 +10,15 @@ export function installErrorHandling(app: FastifyInstance): void {
     if (err.status >= 500) req.log.error({ err: raw }, 'request failed');
     for (const [k, v] of Object.entries(err.headers)) reply.header(k, v);
     if (err.status === 402 || err.status === 403) reply.header('x-should-retry', 'false');
-    return reply.status(err.status).send(envelope(err, req.id));
+    // x402 clients read x402Version and accepts at the top level of a payment 402.
+    if (isPaymentError(err)) return reply.status(err.status).send(paymentErrorBody(err, req.id));
+    // The OpenAI-compatible paths answer in OpenAI's error shape, which its client SDKs parse.
+    const body = isOpenAiPath(req.url) ? openAiErrorBody(err, req.id) : envelope(err, req.id);
+    return reply.status(err.status).send(body);
   });
   app.setNotFoundHandler((req, reply) => {
     const err = new AppError('not_found', `No route ${req.method} ${req.url.split('?')[0]}. GET / lists the endpoints.`);
-    return reply.status(404).send(envelope(err, req.id));
+    return reply.status(404).send(isOpenAiPath(req.url) ? openAiErrorBody(err, req.id) : envelope(err, req.id));
   });
 }
 

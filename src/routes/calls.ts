@@ -2,6 +2,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { CallAnswer } from '../services/calls.js';
 import type { KeyCaller } from '../services/auth.js';
 import { Idempotency, type StoredResponse } from '../services/idempotency.js';
+import { payPerCallFor, sendPaidToolCall } from './paid-calls.js';
+import { protocolServices, streamToolCall, wantsEventStream } from './stream.js';
 
 /** `Prefer: respond-async` (RFC 7240) asks for the 202 at once. */
 export function wantsAsync(req: FastifyRequest): boolean {
@@ -51,7 +53,11 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
   const { calls } = app.container.api!;
 
   app.post<{ Params: { name: string } }>('/tools/:name', async (req, reply) => {
+    const paid = payPerCallFor(req);
+    if (paid) return sendPaidToolCall(req, reply, paid);
     const caller = await app.authenticate(req, reply);
+    // Accept: text/event-stream answers with Server-Sent Events (src/routes/stream.ts).
+    if (wantsEventStream(req)) return streamToolCall(app, req, reply, caller, { requestId: req.id, edgeToken: edgeTokenHeader(req) });
     return sendIdempotent(req, reply, caller, async () =>
       answerResponse(
         await calls.call(caller, req.params.name, req.body, {
@@ -65,7 +71,8 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
 
   app.get<{ Params: { id: string } }>('/jobs/:id', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
-    const { status, body } = await calls.jobStatus(caller, req.params.id);
+    // A chain or parallel root answers with the whole request's body; other jobs as calls.jobStatus.
+    const { status, body } = await protocolServices(app.container).protocol.jobStatus(caller, req.params.id);
     return reply.status(status).send(body);
   });
 

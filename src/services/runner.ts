@@ -30,6 +30,10 @@ export interface CallJobData {
   edgeToken?: string;
   /** Chain step after the first: the previous step's output fills the tool's q field. */
   qFromPrevious?: boolean;
+  /** Flow steps (root protocol): the job whose event log (src/queue/job-events.ts) gets this job's events. */
+  eventLog?: string;
+  /** Chain steps: the steps after this one. They never run if this one fails for good, so their credit holds go back with its own. */
+  laterSteps?: string[];
 }
 
 /** The body a successful call answers with (and the job's return value). */
@@ -112,19 +116,19 @@ export class ToolRunner {
           for (const [k, v] of Object.entries(u)) usage[k] = (usage[k] ?? 0) + v;
         },
       });
-      const charge = data.priceCents > 0 || data.payer !== null;
+      // Calls paid per call (x402) are recorded by the API once their payment settles, not here.
       let remaining: number | null = null;
-      if (charge) {
+      if (data.priceCents > 0) {
         remaining = await this.deps.settler.settle({
           entryKey: job.id,
           accountId,
           keyId: data.keyId,
           tool: tool.name,
-          amount: data.payer ? data.listPriceCents : data.priceCents,
+          amount: data.priceCents,
           agentName: data.agentName,
           payer: data.payer,
           usage: Object.keys(usage).length ? usage : null,
-          holdId: data.priceCents > 0 ? job.id : null,
+          holdId: job.id,
         });
       } else if (accountId) {
         remaining = await this.deps.accounts.credits(accountId);
@@ -145,7 +149,8 @@ export class ToolRunner {
 
   /** Gives back the hold of a job that failed for good. Safe to call more than once. */
   async releaseHold(data: CallJobData, jobId: string): Promise<void> {
-    if (data.accountId && data.priceCents > 0) await this.deps.credits.release(data.accountId, [jobId]);
+    const holds = [...(data.priceCents > 0 ? [jobId] : []), ...(data.laterSteps ?? [])];
+    if (data.accountId && holds.length) await this.deps.credits.release(data.accountId, holds);
   }
 
   private async balance(accountId: string | null, subKeyId: string | null) {
