@@ -118,7 +118,7 @@ export class ToolRunner {
       });
       // Calls paid per call (x402) are recorded by the API once their payment settles, not here.
       let remaining: number | null = null;
-      if (data.priceCents > 0) {
+      if (data.priceCents > 0 && accountId) {
         remaining = await this.deps.settler.settle({
           entryKey: job.id,
           accountId,
@@ -126,7 +126,6 @@ export class ToolRunner {
           tool: tool.name,
           amount: data.priceCents,
           agentName: data.agentName,
-          payer: data.payer,
           usage: Object.keys(usage).length ? usage : null,
           holdId: job.id,
         });

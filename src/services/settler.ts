@@ -6,12 +6,11 @@ import type { CreditReservations } from './credits.js';
 /** One successful call's charge, keyed by its job id so a repeated settlement is a no-op. */
 export interface Charge {
   entryKey: string;
-  accountId: string | null;
+  accountId: string;
   keyId: string | null;
   tool: string;
   amount: number;
   agentName: string | null;
-  payer: string | null;
   usage: Record<string, number> | null;
   /** Reservation to drop once the charge is durable (null for calls without a hold). */
   holdId: string | null;
@@ -81,11 +80,11 @@ export class Settler {
   private async write(batch: Pending[]): Promise<void> {
     try {
       const balances = await this.commit(batch.map((p) => p.charge));
-      const held = batch.filter((p) => p.charge.holdId && p.charge.accountId);
+      const held = batch.filter((p) => p.charge.holdId);
       if (held.length) {
-        await this.credits.settled(held.map((p) => ({ accountId: p.charge.accountId!, holdId: p.charge.holdId! })));
+        await this.credits.settled(held.map((p) => ({ accountId: p.charge.accountId, holdId: p.charge.holdId! })));
       }
-      for (const p of batch) p.resolve(p.charge.accountId ? (balances.get(p.charge.accountId) ?? null) : null);
+      for (const p of batch) p.resolve(balances.get(p.charge.accountId) ?? null);
     } catch (e) {
       this.log.error({ err: e, batch: batch.length }, 'settlement batch failed; jobs will be retried');
       for (const p of batch) p.reject(e);
@@ -100,9 +99,9 @@ export class Settler {
       tool: c.tool,
       amount: c.amount,
       agent_name: c.agentName,
-      payer: c.payer,
+      payer: null,
       usage: c.usage,
-      kind: c.accountId ? 'charge' : 'payment',
+      kind: 'charge',
     }));
     // Deadlocks between two workers' batches touching the same accounts in another order are
     // possible; Postgres aborts one statement, which is safe to run again as a whole.
