@@ -169,7 +169,15 @@ async function main() {
   worker.kill('SIGTERM');
   await once(worker, 'exit');
   await events.close();
+  await queue.obliterate({ force: true }).catch(() => {});
   await queue.close();
+  // Leave nothing behind in Redis: the run's keys all share its prefix.
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+    cursor = next;
+    if (keys.length) await redis.unlink(...keys);
+  } while (cursor !== '0');
   redis.disconnect();
   await pool.end();
 }

@@ -6,7 +6,11 @@ import { installErrorHandling } from './plugins/errors.js';
 import type { KeyCaller } from './services/auth.js';
 import { metaRoutes } from './routes/meta.js';
 import { callRoutes } from './routes/calls.js';
+import { rootRoutes } from './routes/root.js';
+import { streamRoutes } from './routes/stream.js';
 import { subkeyRoutes } from './routes/subkeys.js';
+import { mcpRoutes } from './routes/mcp.js';
+import { openAiRoutes } from './routes/openai.js';
 import { rateLimitHeaders } from './services/rate-limit.js';
 
 declare module 'fastify' {
@@ -53,6 +57,10 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
   installErrorHandling(app);
   await app.register(metaRoutes);
   await app.register(callRoutes);
+  await app.register(rootRoutes);
+  await app.register(streamRoutes);
   await app.register(subkeyRoutes);
+  await app.register(mcpRoutes);
+  await app.register(openAiRoutes);
   return app;
 }

@@ -56,6 +56,8 @@ export const ConfigSchema = z
     DNS_TIMEOUT_MS: int(3_000, 100, 30_000),
     FETCH_MAX_BYTES: int(2_000_000, 1024, 50_000_000),
     FETCH_TIMEOUT_MS: int(10_000, 100, 120_000),
+    /** Interval of `: ping` comment lines on Server-Sent Events streams, so proxies keep idle streams open. */
+    SSE_HEARTBEAT_MS: int(15_000, 50, 600_000),
     /** Maximum request body size, bytes. */
     BODY_LIMIT: int(1_048_576, 1024, 20_000_000),
     /** Seconds a key lookup may be cached; revocations are also pushed to every replica at once. */
@@ -64,7 +66,10 @@ export const ConfigSchema = z
     /** Length of the rate-limit window. Limits are per minute; tests shorten the window to show its edges. */
     RATE_LIMIT_WINDOW_MS: int(60_000, 100, 3_600_000),
     DOCS_URL: optionalUrl,
-    /** Origins allowed to call /mcp from a browser (DNS-rebinding protection). Empty = same host only. */
+    /**
+     * Origins allowed to call /mcp from a browser (DNS-rebinding protection). Always allowed besides
+     * these: PUBLIC_BASE_URL's origin, and the same host reached by a loopback name or an IP address.
+     */
     MCP_ALLOWED_ORIGINS: csv,
     // Language-model upstream (OpenAI-compatible chat completions).
     LLM_BASE_URL: optionalUrl,

@@ -3,6 +3,7 @@ import type { Config } from '../config.js';
 import { TOOLS, dollars, toolsByTier } from '../tools/index.js';
 import { llmChatModels } from '../tools/llm/index.js';
 import { PLANS, type AnyTool } from '../tools/types.js';
+import { PROTOCOL_MODES } from './protocol.js';
 
 /** Service version, reported as the root document's `v`. */
 export const API_VERSION = '1.0.0';
@@ -14,13 +15,18 @@ export const ENDPOINTS: Record<string, string> = {
   'GET /docs': 'The README: full API documentation',
   'GET /tools': 'Catalogue of every tool with its price',
   'GET /tools/{name}': "A tool's input JSON Schema, examples, price and tier",
-  'POST /tools/{name}': 'Run a tool (JSON body = the tool input); Prefer: respond-async for a 202',
-  'GET /jobs/{id}': 'Status and result of a call (same key only)',
+  'POST /tools/{name}': 'Run a tool (JSON body = the tool input); Prefer: respond-async for a 202; Accept: text/event-stream for Server-Sent Events',
+  'GET /jobs/{id}': 'Status and result of a call, chain or parallel request (same key only)',
+  'GET /jobs/{id}/events': 'Server-Sent Events of a job: stored events replayed, then live ones until its result (same key only; Last-Event-ID resumes)',
+  'POST /': 'Root protocol: {chain, q}, {parallel, q}, {m, q} or {stream: true, m, q} (see protocol below)',
   'GET /balance': 'Credits, plan and this month\u2019s use',
   'GET /v1/manifest': 'Tool tiers and prices, machine-readable',
   'GET /subkeys': "The account's sub-keys with this month's use (enterprise)",
   'POST /subkeys/create': 'Create a sub-key with a monthly limit and allowed tools (enterprise)',
   'DELETE /subkeys/{key_id}': 'Revoke a sub-key at once',
+  'POST /mcp': 'Model Context Protocol (Streamable HTTP, stateless): tools/list shows what your key may call, tools/call runs and charges like POST /tools/{name}',
+  'GET /v1/models': 'OpenAI-compatible model list: svc-genius, svc-hints, svc-roast (those your plan may call)',
+  'POST /v1/chat/completions': 'OpenAI-compatible chat completions (stream: true for SSE); each svc-* model runs the tool of the same name at its price',
 };
 
 const schemaCache = new WeakMap<AnyTool, object>();
@@ -81,15 +87,11 @@ export function rootDocument(base: string, config: Config) {
     tools,
     total_tools: TOOLS.length,
     endpoints: ENDPOINTS,
-    protocol: {
-      chain: { example: { chain: ['page_fetch', 'compute'], q: 'https://example.com' } },
-      parallel: { example: { parallel: ['domain_check', 'page_fetch'], q: 'example.com' } },
-      stream: { example: { stream: true, m: 'compute', q: '2 * (3 + 4)' } },
-      direct: { example: { m: 'compute', q: '2 * (3 + 4)' } },
-    },
+    protocol: PROTOCOL_MODES,
     openai: { base_url: `${base}/v1`, models: [...llmChatModels.keys()] },
     docs: config.DOCS_URL ?? `${base}/docs`,
-    npm: `TOLLGATE_URL=${base} TOLLGATE_API_KEY=<your key> npx -y tollgate`,
+    // The package's stdio MCP relay (bin/tollgate-mcp.js); npx finds it in a checkout or once installed.
+    npm: `TOLLGATE_URL=${base} TOLLGATE_API_KEY=<your key> npx tollgate-mcp`,
   };
 }
 

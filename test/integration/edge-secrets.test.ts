@@ -111,7 +111,7 @@ describe('edge-network token secrecy', () => {
     expect(fake.requests.length).toBeGreaterThan(5);
   });
 
-  it('the token is nowhere in Redis, Postgres or the logs', async () => {
+  it('the token is nowhere in Redis, Postgres or the logs', { timeout: 120_000 }, async () => {
     const redis = await redisDump();
     expect(redis.length).toBeGreaterThan(0);
     expect(redis).not.toContain(TOKEN);

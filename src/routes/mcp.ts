@@ -1,0 +1,167 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import type { Config } from '../config.js';
+import { AppError, isAppError } from '../errors.js';
+import { createMcpServer } from '../services/mcp-server.js';
+import { edgeTokenHeader } from './calls.js';
+
+/** Marks a body that was not JSON, so the answer can be JSON-RPC's parse error after authentication. */
+const NOT_JSON = Symbol('not json');
+
+const LOOPBACK = new Set(['localhost', '127.0.0.1', '[::1]']);
+
+/** An IP literal cannot be re-pointed by DNS, so a Host naming one cannot come from a rebinding attack. */
+function isIpLiteral(hostname: string): boolean {
+  return /^\d{1,3}(\.\d{1,3}){3}$/.test(hostname) || hostname.startsWith('[');
+}
+
+/**
+ * DNS-rebinding protection for a service that may listen on a loopback or private address. A browser
+ * tricked by rebinding sends `Origin` and `Host` that both name the attacker's domain, so "Origin
+ * matches Host" proves nothing; an origin is accepted only when it is one the service knows as its
+ * own: listed in MCP_ALLOWED_ORIGINS, PUBLIC_BASE_URL's origin, or the same host reached through a
+ * name DNS cannot re-point (loopback or an IP literal). Requests without Origin are not from a
+ * browser page (browsers always send it on POST), so they are not subject to the check.
+ */
+export function originChecker(config: Config): (origin: string | undefined, host: string | undefined) => boolean {
+  const allowed = new Set(
+    config.MCP_ALLOWED_ORIGINS.map((o) => {
+      try {
+        return new URL(o).origin;
+      } catch {
+        throw new Error(`MCP_ALLOWED_ORIGINS: "${o}" is not an origin like https://app.example.com`);
+      }
+    }),
+  );
+  const publicOrigin = config.PUBLIC_BASE_URL ? new URL(config.PUBLIC_BASE_URL).origin : null;
+  return (origin, host) => {
+    if (origin === undefined) return true;
+    let url: URL;
+    try {
+      url = new URL(origin);
+    } catch {
+      return false; // includes the opaque origin "null"
+    }
+    if (allowed.has(url.origin) || url.origin === publicOrigin) return true;
+    const sameHost = !!host && url.host === host.toLowerCase();
+    return sameHost && (LOOPBACK.has(url.hostname) || isIpLiteral(url.hostname));
+  };
+}
+
+function header(req: FastifyRequest, name: string): string | undefined {
+  const v = req.headers[name];
+  return typeof v === 'string' ? v : undefined;
+}
+
+/** Streamable HTTP (stateless) MCP endpoint: a fresh server and transport per POST. */
+export async function mcpRoutes(app: FastifyInstance): Promise<void> {
+  const { calls, dispatcher } = app.container.api!;
+  const originAllowed = originChecker(app.container.config);
+
+  // Parse errors must wait until after authentication and must come back as JSON-RPC errors, so the
+  // body is parsed here (this plugin's scope only) instead of by Fastify's default parser.
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+    try {
+      done(null, JSON.parse(body as string));
+    } catch {
+      done(null, NOT_JSON);
+    }
+  });
+
+  // onRequest runs before the body is read: a foreign page or a caller without a key gets nothing more.
+  app.addHook('onRequest', async (req, reply) => {
+    const origin = header(req, 'origin');
+    if (!originAllowed(origin, header(req, 'host'))) {
+      throw new AppError('forbidden', `Origin ${origin} may not call /mcp (DNS-rebinding protection); the operator can list it in MCP_ALLOWED_ORIGINS`);
+    }
+    if (origin !== undefined) {
+      // An allowed browser origin needs CORS to read the answer.
+      reply.header('access-control-allow-origin', origin).header('vary', 'Origin');
+      reply.header('access-control-expose-headers', 'mcp-session-id, mcp-protocol-version, x-request-id');
+    }
+    if (req.method === 'POST') await authenticate(app, req, reply);
+  });
+
+  app.options('/mcp', async (_req, reply) =>
+    reply
+      .status(204)
+      .header('access-control-allow-methods', 'POST')
+      .header('access-control-allow-headers', 'authorization, content-type, accept, mcp-protocol-version, mcp-session-id, last-event-id, x-edge-token')
+      .header('access-control-max-age', '600')
+      .send(),
+  );
+
+  app.post('/mcp', async (req, reply) => {
+    if (req.body === NOT_JSON) {
+      return reply.status(400).send({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'Parse error: the body is not valid JSON' } });
+    }
+    // Rate limits count HTTP requests; a batch of tool calls would slip many calls past one count.
+    if (Array.isArray(req.body) && req.body.filter(isToolCall).length > 1) {
+      return reply.status(400).send({
+        jsonrpc: '2.0',
+        id: null,
+        error: { code: -32600, message: 'Invalid Request: send at most one tools/call per HTTP request' },
+      });
+    }
+    const server = createMcpServer(
+      { calls, dispatcher },
+      { caller: req.caller!, requestId: req.id, edgeToken: edgeTokenHeader(req), log: req.log },
+    );
+    const transport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: undefined,
+      // Plain JSON answers unless a tools/call asks for progress, which needs the SSE form to arrive.
+      enableJsonResponse: !asksForProgress(req.body),
+    });
+    // The SDK writes the response itself; carry over what Fastify would have added (request id,
+    // rate-limit and CORS headers) since its onSend hooks will not run.
+    reply.hijack();
+    for (const [k, v] of Object.entries(reply.getHeaders())) if (v !== undefined) reply.raw.setHeader(k, v);
+    reply.raw.setHeader('x-request-id', req.id);
+    reply.raw.on('close', () => {
+      void transport.close();
+      void server.close();
+    });
+    try {
+      await server.connect(transport);
+      await transport.handleRequest(req.raw, reply.raw, req.body);
+    } catch (err) {
+      req.log.error({ err }, 'MCP request failed');
+      if (!reply.raw.headersSent) {
+        reply.raw.writeHead(500, { 'content-type': 'application/json' });
+        reply.raw.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32603, message: 'Internal error' } }));
+      } else reply.raw.end();
+    }
+  });
+
+  // Stateless: there is no server-to-client stream to GET and no session to DELETE.
+  const notAllowed = async () => {
+    throw new AppError('method_not_allowed', 'This MCP endpoint is stateless: POST JSON-RPC messages to /mcp', {}, { headers: { allow: 'POST' } });
+  };
+  app.get('/mcp', notAllowed);
+  app.delete('/mcp', notAllowed);
+}
+
+/** 401s carry WWW-Authenticate, as RFC 9110 asks of them, naming the Bearer scheme. */
+async function authenticate(app: FastifyInstance, req: FastifyRequest, reply: FastifyReply): Promise<void> {
+  try {
+    await app.authenticate(req, reply);
+  } catch (e) {
+    if (isAppError(e) && e.status === 401) {
+      throw new AppError(e.code, e.message, e.details, { headers: { ...e.headers, 'www-authenticate': 'Bearer realm="tollgate"' } });
+    }
+    throw e;
+  }
+}
+
+function isToolCall(m: unknown): boolean {
+  return (m as { method?: unknown } | null)?.method === 'tools/call';
+}
+
+function asksForProgress(body: unknown): boolean {
+  const messages = Array.isArray(body) ? body : [body];
+  return messages.some((m) => {
+    const msg = m as { params?: { _meta?: { progressToken?: unknown } } } | null;
+    return isToolCall(m) && msg?.params?._meta?.progressToken !== undefined;
+  });
+}
