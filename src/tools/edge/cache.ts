@@ -1,20 +1,8 @@
 import { z } from 'zod';
-import { AppError } from '../../errors.js';
 import { defineTool } from '../types.js';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { applyWrites, resolveZone, settingWrite, zoneRef, type ZoneSetting } from './common.js';
-import {
-  deleteWrite,
-  expressionField,
-  findRule,
-  getEntrypoint,
-  requireOne,
-  RuleMatch,
-  ruleFrom,
-  ruleSummary,
-  upsertWrite,
-  type RuleSpec,
-} from './rulesets.js';
+import { applyWrites, resolveZone, switchEnabled, switchSetting, zoneOut, zoneRef } from './common.js';
+import { requireOne, ruleOperationFields, ruleOperationProblems, runRuleOperation } from './rulesets.js';
 
 /** Cloudflare accepts this many files, tags, hosts or prefixes per purge request on every plan. */
 const PURGE_CHUNK = 30;
@@ -67,7 +55,7 @@ export const cfPurgeCache = defineTool({
     const applied = await applyWrites(cf, ctx, writes);
     if ('dry' in applied) return applied.dry;
     return {
-      zone: { id: zone.id, name: zone.name },
+      zone: zoneOut(zone),
       purged: { files: input.files.length, tags: input.tags.length, hosts: input.hosts.length, prefixes: input.prefixes.length },
       requests: writes.length,
     };
@@ -91,7 +79,7 @@ export const cfPurgeAll = defineTool({
     const zone = await resolveZone(cf, input.zone);
     const applied = await applyWrites(cf, ctx, [{ method: 'POST', path: cfPath`/zones/${zone.id}/purge_cache`, body: { purge_everything: true } }]);
     if ('dry' in applied) return applied.dry;
-    return { zone: { id: zone.id, name: zone.name }, purged_everything: true, purge_id: (applied.results[0] as { id?: string } | null)?.id ?? null };
+    return { zone: zoneOut(zone), purged_everything: true, purge_id: (applied.results[0] as { id?: string } | null)?.id ?? null };
   },
 });
 
@@ -105,7 +93,7 @@ export const cfDevMode = defineTool({
   sideEffects: true,
   input: z.object({
     zone: zoneRef,
-    enabled: z.boolean().optional().describe('true to turn on, false to turn off; leave out to only read the state'),
+    enabled: switchEnabled,
   }),
   qField: 'zone',
   output: '{zone, enabled, time_remaining_seconds, changed} or, for sandbox keys, {dry_run, requests}',
@@ -113,16 +101,10 @@ export const cfDevMode = defineTool({
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
     const zone = await resolveZone(cf, input.zone);
-    const current = await cf.get<ZoneSetting<string>>(cfPath`/zones/${zone.id}/settings/development_mode`);
-    const on = current.value === 'on';
-    const out = { zone: { id: zone.id, name: zone.name } };
-    if (input.enabled === undefined || input.enabled === on) {
-      return { ...out, enabled: on, time_remaining_seconds: Math.max(0, current.time_remaining ?? 0), changed: false };
-    }
-    const applied = await applyWrites(cf, ctx, [settingWrite(zone.id, 'development_mode', input.enabled ? 'on' : 'off')]);
-    if ('dry' in applied) return applied.dry;
-    const after = applied.results[0] as ZoneSetting<string>;
-    return { ...out, enabled: after.value === 'on', time_remaining_seconds: Math.max(0, after.time_remaining ?? 0), changed: true };
+    const s = await switchSetting<string>(cf, ctx, zone.id, 'development_mode', (v) => v === 'on', input.enabled, (on) => (on ? 'on' : 'off'));
+    if ('dry' in s) return s.dry;
+    const now = s.after ?? s.current;
+    return { zone: zoneOut(zone), enabled: now.value === 'on', time_remaining_seconds: Math.max(0, now.time_remaining ?? 0), changed: s.after !== null };
   },
 });
 
@@ -138,21 +120,14 @@ export const cfCacheRules = defineTool({
   sideEffects: true,
   input: z
     .object({
-      zone: zoneRef,
-      operation: z.enum(['list', 'set', 'delete']).default('list').describe('list the rules, set (create or change) one, or delete one'),
-      name: z.string().min(1).max(500).optional().describe('The rule\'s name (its description); set and delete find the rule by it'),
-      rule_id: z.string().regex(/^[0-9a-f]{32}$/).optional().describe('The rule\'s id, to pick it instead of by name'),
-      expression: expressionField.optional(),
-      match: RuleMatch.optional(),
+      ...ruleOperationFields,
       cache: z.boolean().default(true).describe('true: make matching responses eligible for caching; false: bypass the cache'),
       edge_ttl_seconds: z.number().int().min(1).max(31536000).optional().describe('Cache at the edge for this long, overriding the origin'),
       browser_ttl_seconds: z.number().int().min(0).max(31536000).optional().describe('Tell browsers to cache for this long, overriding the origin'),
       enabled: z.boolean().default(true).describe('Whether the rule runs'),
     })
     .superRefine((v, c) => {
-      if (v.operation !== 'list' && !v.name && !v.rule_id) c.addIssue({ code: 'custom', path: ['name'], message: `${v.operation} needs name or rule_id` });
-      if (v.operation === 'set' && !v.name) c.addIssue({ code: 'custom', path: ['name'], message: 'set needs a name for the rule' });
-      if (v.operation === 'set' && !v.expression && !v.match) c.addIssue({ code: 'custom', path: ['match'], message: 'set needs expression or match' });
+      ruleOperationProblems(v, c);
       if (!v.cache && (v.edge_ttl_seconds !== undefined || v.browser_ttl_seconds !== undefined)) {
         c.addIssue({ code: 'custom', path: ['cache'], message: 'TTLs apply only when cache is true' });
       }
@@ -165,36 +140,17 @@ export const cfCacheRules = defineTool({
     { zone: 'example.com', operation: 'set', name: 'Bypass admin', match: { path_prefix: '/admin' }, cache: false },
     { zone: 'example.com', operation: 'delete', name: 'Bypass admin' },
   ],
-  handler: async (input, ctx) => {
-    const cf = new CfClient(ctx);
-    const zone = await resolveZone(cf, input.zone);
-    const out = { zone: { id: zone.id, name: zone.name } };
-    const rs = await getEntrypoint(cf, zone.id, PHASE);
-    if (input.operation === 'list') return { ...out, rules: (rs?.rules ?? []).map(ruleSummary) };
-
-    const existing = findRule(rs, input.rule_id, input.name);
-    if (input.operation === 'delete') {
-      if (!existing || !rs) throw new AppError('tool_failed', `No cache rule ${input.rule_id ?? `named '${input.name}'`} in ${zone.name}`, { zone: zone.name });
-      const applied = await applyWrites(cf, ctx, [deleteWrite(zone.id, rs, existing)]);
-      if ('dry' in applied) return applied.dry;
-      return { ...out, rule: ruleSummary(existing), deleted: true, changed: true };
-    }
-
-    const params: Record<string, unknown> = { cache: input.cache };
-    if (input.cache && input.edge_ttl_seconds !== undefined) params.edge_ttl = { mode: 'override_origin', default: input.edge_ttl_seconds };
-    if (input.cache && input.browser_ttl_seconds !== undefined) params.browser_ttl = { mode: 'override_origin', default: input.browser_ttl_seconds };
-    const spec: RuleSpec = {
-      action: 'set_cache_settings',
-      expression: requireOne(input.expression, input.match),
-      description: input.name!,
-      enabled: input.enabled,
-      action_parameters: params,
-    };
-    const write = upsertWrite(zone.id, PHASE, rs, existing, spec);
-    if (!write) return { ...out, rule: ruleSummary(existing!), changed: false };
-    const applied = await applyWrites(cf, ctx, [write]);
-    if ('dry' in applied) return applied.dry;
-    const rule = ruleFrom(applied.results[0], spec.description);
-    return { ...out, rule: rule ? ruleSummary(rule) : spec, changed: true, created: !existing };
-  },
+  handler: async (input, ctx) =>
+    runRuleOperation(ctx, input, PHASE, 'cache rule', () => {
+      const params: Record<string, unknown> = { cache: input.cache };
+      if (input.cache && input.edge_ttl_seconds !== undefined) params.edge_ttl = { mode: 'override_origin', default: input.edge_ttl_seconds };
+      if (input.cache && input.browser_ttl_seconds !== undefined) params.browser_ttl = { mode: 'override_origin', default: input.browser_ttl_seconds };
+      return {
+        action: 'set_cache_settings',
+        expression: requireOne(input.expression, input.match),
+        description: input.name!,
+        enabled: input.enabled,
+        action_parameters: params,
+      };
+    }),
 });

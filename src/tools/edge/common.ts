@@ -121,6 +121,9 @@ export interface Zone {
   activated_on?: string | null;
 }
 
+/** How a tool's output names the zone it worked on. */
+export const zoneOut = (z: Zone) => ({ id: z.id, name: z.name });
+
 export function zoneSummary(z: Zone) {
   return {
     id: z.id,
@@ -189,4 +192,27 @@ export interface ZoneSetting<V = unknown> {
 
 export function settingWrite(zoneId: string, setting: string, value: unknown): PlannedWrite {
   return { method: 'PATCH', path: cfPath`/zones/${zoneId}/settings/${setting}`, body: { value } };
+}
+
+/** The input field of a tool that shows or switches a mode through switchSetting. */
+export const switchEnabled = z.boolean().optional().describe('true to turn on, false to turn off; leave out to only read the state');
+
+/**
+ * Reads an on/off-like zone setting and writes `value(enabled)` when `enabled` asks for the other
+ * state. `after` is the setting as written, or null when nothing needed writing.
+ */
+export async function switchSetting<V>(
+  cf: CfClient,
+  ctx: ToolContext,
+  zoneId: string,
+  setting: string,
+  isOn: (v: V) => boolean,
+  enabled: boolean | undefined,
+  value: (enabled: boolean) => V,
+): Promise<{ dry: DryRun } | { current: ZoneSetting<V>; after: ZoneSetting<V> | null }> {
+  const current = await cf.get<ZoneSetting<V>>(cfPath`/zones/${zoneId}/settings/${setting}`);
+  if (enabled === undefined || enabled === isOn(current.value)) return { current, after: null };
+  const applied = await applyWrites(cf, ctx, [settingWrite(zoneId, setting, value(enabled))]);
+  if ('dry' in applied) return applied;
+  return { current, after: applied.results[0] as ZoneSetting<V> };
 }

@@ -1,7 +1,7 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
-import { cfPath, type PlannedWrite } from './cf-client.js';
+import { cfPath, type CfClient, type PlannedWrite } from './cf-client.js';
 import { fqdn, hostProblem, normalizeHost, recordName, ttl } from './common.js';
 
 export const RECORD_TYPES = ['A', 'AAAA', 'CNAME', 'MX', 'TXT', 'NS', 'CAA', 'SRV'] as const;
@@ -234,6 +234,16 @@ export function desiredBody(d: Desired): Record<string, unknown> {
     ...(PROXIABLE.has(d.type) ? { proxied: d.proxied ?? false } : {}),
     ...(d.type === 'MX' ? { priority: d.priority } : {}),
   };
+}
+
+/** The records exactly at each name, listed one name at a time. */
+export async function recordsAt(cf: CfClient, zoneId: string, names: string[]): Promise<Map<string, DnsRecord[]>> {
+  const byName = new Map<string, DnsRecord[]>();
+  for (const name of names) {
+    const { items } = await cf.listAll<DnsRecord>(cfPath`/zones/${zoneId}/dns_records`, { name }, { what: `records of ${name}` });
+    byName.set(name, items.filter((r) => r.name === name));
+  }
+  return byName;
 }
 
 export function planIsEmpty(p: RecordPlan): boolean {

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { defineTool, type ToolContext } from '../types.js';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { applyWrites, fqdn, resolveZone, zoneRef, type Zone } from './common.js';
+import { applyWrites, fqdn, resolveZone, zoneOut, zoneRef, type Zone } from './common.js';
 import {
   RecordInput,
   recordAsInput,
@@ -18,10 +18,21 @@ import {
 const RECORD_ID = z.string().regex(/^[0-9a-f]{32}$/, 'expected a 32-character DNS record id');
 const recordId = RECORD_ID.describe('DNS record id (32 hex characters), as cf_list_dns shows it');
 
-const zoneOut = (z: Zone) => ({ id: z.id, name: z.name });
 
-async function findByName(cf: CfClient, zone: Zone, name: string, type?: string): Promise<DnsRecord[]> {
-  const { items } = await cf.listAll<DnsRecord>(cfPath`/zones/${zone.id}/dns_records`, { name: fqdn(name, zone.name), type }, { what: 'DNS records' });
+/** The input fields that pick records: one by record_id, or those at a name (optionally of one type). */
+const recordSelector = {
+  zone: zoneRef,
+  record_id: recordId.optional(),
+  name: recordFields.name.optional(),
+  type: recordType.optional(),
+};
+const selectsRecords = (v: { record_id?: string; name?: string }) => Boolean(v.record_id || v.name);
+const selectorIssue = { message: 'give record_id, or name (and optionally type)', path: ['record_id'] };
+
+async function selectRecords(cf: CfClient, zone: Zone, by: { record_id?: string; name?: string; type?: string }): Promise<DnsRecord[]> {
+  if (by.record_id) return [await cf.get<DnsRecord>(cfPath`/zones/${zone.id}/dns_records/${by.record_id}`)];
+  const query = { name: fqdn(by.name!, zone.name), type: by.type };
+  const { items } = await cf.listAll<DnsRecord>(cfPath`/zones/${zone.id}/dns_records`, query, { what: 'DNS records' });
   return items;
 }
 
@@ -61,14 +72,7 @@ export const cfGetDns = defineTool({
   priceCents: 0,
   family: 'edge',
   needsEdgeToken: true,
-  input: z
-    .object({
-      zone: zoneRef,
-      record_id: recordId.optional(),
-      name: recordFields.name.optional(),
-      type: recordType.optional(),
-    })
-    .refine((v) => v.record_id || v.name, { message: 'give record_id, or name (and optionally type)', path: ['record_id'] }),
+  input: z.object(recordSelector).refine(selectsRecords, selectorIssue),
   qField: 'name',
   output: '{zone: {id, name}, records: [{id, type, name, content, ttl, proxied, priority?, comment?}]}',
   examples: [
@@ -79,11 +83,7 @@ export const cfGetDns = defineTool({
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
     const zone = await resolveZone(cf, input.zone);
-    if (input.record_id) {
-      const r = await cf.get<DnsRecord>(cfPath`/zones/${zone.id}/dns_records/${input.record_id}`);
-      return { zone: zoneOut(zone), records: [recordSummary(r)] };
-    }
-    const records = await findByName(cf, zone, input.name!, input.type);
+    const records = await selectRecords(cf, zone, input);
     return { zone: zoneOut(zone), records: records.map(recordSummary) };
   },
 });
@@ -192,13 +192,10 @@ export const cfDeleteDns = defineTool({
   sideEffects: true,
   input: z
     .object({
-      zone: zoneRef,
-      record_id: recordId.optional(),
-      name: recordFields.name.optional(),
-      type: recordType.optional(),
+      ...recordSelector,
       all_matching: z.boolean().default(false).describe('When name/type match several records, delete all of them (otherwise the call is refused)'),
     })
-    .refine((v) => v.record_id || v.name, { message: 'give record_id, or name (and optionally type)', path: ['record_id'] }),
+    .refine(selectsRecords, selectorIssue),
   qField: 'name',
   output: '{zone, deleted: [{id, type, name, content}]} or, for sandbox keys, {dry_run, requests}',
   examples: [
@@ -209,11 +206,8 @@ export const cfDeleteDns = defineTool({
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
     const zone = await resolveZone(cf, input.zone);
-    let targets: DnsRecord[];
-    if (input.record_id) {
-      targets = [await cf.get<DnsRecord>(cfPath`/zones/${zone.id}/dns_records/${input.record_id}`)];
-    } else {
-      targets = await findByName(cf, zone, input.name!, input.type);
+    const targets = await selectRecords(cf, zone, input);
+    if (!input.record_id) {
       const what = `${input.type ?? 'any'} record at ${fqdn(input.name!, zone.name)}`;
       if (!targets.length) throw new AppError('tool_failed', `There is no ${what}`, { zone: zone.name });
       if (targets.length > 1 && !input.all_matching) {

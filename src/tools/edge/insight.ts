@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
-import { defineTool } from '../types.js';
+import { defineTool, type ToolContext } from '../types.js';
 import { CfClient } from './cf-client.js';
-import { resolveZone, zoneRef, type Zone } from './common.js';
+import { resolveZone, zoneOut, zoneRef, type Zone } from './common.js';
 
 /**
  * Analytics, bandwidth and threats come from the GraphQL Analytics API (POST /graphql): the REST
@@ -68,6 +68,15 @@ async function dayGroups(cf: CfClient, zone: Zone, p: { since: string; until: st
   return data.viewer.zones[0]?.days ?? [];
 }
 
+/** The zone, the period the input asks for, and the zone's daily rollups over it with the given sums. */
+async function dailyReport(ctx: ToolContext, input: z.output<z.ZodObject<typeof PeriodInput>>, sumFields: string, withUniq: boolean) {
+  const cf = new CfClient(ctx);
+  const zone = await resolveZone(cf, input.zone);
+  const p = period(input);
+  await ctx.progress({ stage: 'querying analytics' });
+  return { zone, p, groups: await dayGroups(cf, zone, p, sumFields, withUniq) };
+}
+
 const add = (a: number | undefined, b: number | undefined) => (a ?? 0) + (b ?? 0);
 
 /** The n largest entries of a tally, largest first. */
@@ -106,14 +115,9 @@ export const cfAnalytics = defineTool({
   output: '{zone, period: {since, until}, totals: {requests, cached_requests, cache_ratio, page_views, threats, bytes}, status_codes: {code: requests}, top_countries: [{country, requests}], days: [{date, requests, cached_requests, page_views, uniques, threats, bytes}]}',
   examples: [{ zone: 'example.com' }, { zone: 'example.com', days: 30 }, { zone: 'example.com', since: '2025-01-01', until: '2025-01-31' }],
   handler: async (input, ctx) => {
-    const cf = new CfClient(ctx);
-    const zone = await resolveZone(cf, input.zone);
-    const p = period(input);
-    await ctx.progress({ stage: 'querying analytics' });
-    const groups = await dayGroups(
-      cf,
-      zone,
-      p,
+    const { zone, p, groups } = await dailyReport(
+      ctx,
+      input,
       'requests cachedRequests bytes threats pageViews responseStatusMap { edgeResponseStatus requests } countryMap { clientCountryName requests }',
       true,
     );
@@ -130,7 +134,7 @@ export const cfAnalytics = defineTool({
     const status = mergeMap(groups, (g) => g.sum.responseStatusMap, (s) => String(s.edgeResponseStatus), (s) => s.requests);
     const countries = mergeMap(groups, (g) => g.sum.countryMap, (c) => c.clientCountryName, (c) => c.requests ?? 0);
     return {
-      zone: { id: zone.id, name: zone.name },
+      zone: zoneOut(zone),
       period: p,
       totals: { ...totals, cache_ratio: ratio(totals.cached_requests, totals.requests) },
       status_codes: Object.fromEntries([...status.entries()].sort(([a], [b]) => a.localeCompare(b))),
@@ -160,14 +164,9 @@ export const cfBandwidth = defineTool({
   output: '{zone, period, totals: {bytes, cached_bytes, uncached_bytes, encrypted_bytes, cache_ratio, human}, top_countries: [{country, bytes}], content_types: [{type, bytes}], days: [{date, bytes, cached_bytes}]}',
   examples: [{ zone: 'example.com' }, { zone: 'example.com', days: 30 }],
   handler: async (input, ctx) => {
-    const cf = new CfClient(ctx);
-    const zone = await resolveZone(cf, input.zone);
-    const p = period(input);
-    await ctx.progress({ stage: 'querying analytics' });
-    const groups = await dayGroups(
-      cf,
-      zone,
-      p,
+    const { zone, p, groups } = await dailyReport(
+      ctx,
+      input,
       'bytes cachedBytes encryptedBytes countryMap { clientCountryName bytes } contentTypeMap { edgeResponseContentTypeName bytes }',
       false,
     );
@@ -177,7 +176,7 @@ export const cfBandwidth = defineTool({
     const countries = mergeMap(groups, (g) => g.sum.countryMap, (c) => c.clientCountryName, (c) => c.bytes ?? 0);
     const types = mergeMap(groups, (g) => g.sum.contentTypeMap, (c) => c.edgeResponseContentTypeName, (c) => c.bytes ?? 0);
     return {
-      zone: { id: zone.id, name: zone.name },
+      zone: zoneOut(zone),
       period: p,
       totals: { bytes, cached_bytes: cached, uncached_bytes: bytes - cached, encrypted_bytes: encrypted, cache_ratio: ratio(cached, bytes), human: humanBytes(bytes) },
       top_countries: topN(countries, 10).map(([country, b]) => ({ country, bytes: b })),
@@ -232,7 +231,7 @@ export const cfThreats = defineTool({
     const z0 = data.viewer.zones[0];
     const byAction = z0?.byAction ?? [];
     return {
-      zone: { id: zone.id, name: zone.name },
+      zone: zoneOut(zone),
       period: { since, until },
       total_events: byAction.reduce((n, g) => n + g.count, 0),
       by_action: byAction.map((g) => ({ action: String(g.dimensions.action), source: String(g.dimensions.source), count: g.count })),

@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { defineTool } from '../types.js';
-import { CfClient, cfPath } from './cf-client.js';
-import { applyWrites, resolveZone, zoneRef } from './common.js';
+import { defineTool, type ToolContext } from '../types.js';
+import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
+import { applyWrites, resolveZone, zoneOut, zoneRef, type Zone } from './common.js';
 
 /**
  * Page rules are Cloudflare's legacy per-URL overrides; they still work at /zones/{id}/pagerules and
@@ -79,6 +79,13 @@ function summary(r: PageRule) {
   };
 }
 
+/** Sends the one write that creates or changes a page rule and returns the rule as Cloudflare now has it. */
+async function writePageRule(cf: CfClient, ctx: ToolContext, zone: Zone, write: PlannedWrite) {
+  const applied = await applyWrites(cf, ctx, [write]);
+  if ('dry' in applied) return applied.dry;
+  return { zone: zoneOut(zone), page_rule: summary(applied.results[0] as PageRule) };
+}
+
 export const cfListPageRules = defineTool({
   name: 'cf_list_page_rules',
   description: "Lists a zone's page rules (legacy per-URL overrides) in priority order.",
@@ -94,7 +101,7 @@ export const cfListPageRules = defineTool({
     const cf = new CfClient(ctx);
     const zone = await resolveZone(cf, input.zone);
     const rules = await cf.get<PageRule[]>(cfPath`/zones/${zone.id}/pagerules`, { status: input.status, order: 'priority', direction: 'desc' });
-    return { zone: { id: zone.id, name: zone.name }, page_rules: rules.map(summary), count: rules.length };
+    return { zone: zoneOut(zone), page_rules: rules.map(summary), count: rules.length };
   },
 });
 
@@ -128,9 +135,7 @@ export const cfCreatePageRule = defineTool({
       status: input.status,
       ...(input.priority !== undefined ? { priority: input.priority } : {}),
     };
-    const applied = await applyWrites(cf, ctx, [{ method: 'POST', path: cfPath`/zones/${zone.id}/pagerules`, body }]);
-    if ('dry' in applied) return applied.dry;
-    return { zone: { id: zone.id, name: zone.name }, page_rule: summary(applied.results[0] as PageRule) };
+    return writePageRule(cf, ctx, zone, { method: 'POST', path: cfPath`/zones/${zone.id}/pagerules`, body });
   },
 });
 
@@ -170,9 +175,7 @@ export const cfUpdatePageRule = defineTool({
       ...(input.status !== undefined ? { status: input.status } : {}),
       ...(input.priority !== undefined ? { priority: input.priority } : {}),
     };
-    const applied = await applyWrites(cf, ctx, [{ method: 'PATCH', path: cfPath`/zones/${zone.id}/pagerules/${input.page_rule_id}`, body }]);
-    if ('dry' in applied) return applied.dry;
-    return { zone: { id: zone.id, name: zone.name }, page_rule: summary(applied.results[0] as PageRule) };
+    return writePageRule(cf, ctx, zone, { method: 'PATCH', path: cfPath`/zones/${zone.id}/pagerules/${input.page_rule_id}`, body });
   },
 });
 
@@ -193,6 +196,6 @@ export const cfDeletePageRule = defineTool({
     const zone = await resolveZone(cf, input.zone);
     const applied = await applyWrites(cf, ctx, [{ method: 'DELETE', path: cfPath`/zones/${zone.id}/pagerules/${input.page_rule_id}` }]);
     if ('dry' in applied) return applied.dry;
-    return { zone: { id: zone.id, name: zone.name }, deleted: input.page_rule_id };
+    return { zone: zoneOut(zone), deleted: input.page_rule_id };
   },
 });

@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { defineTool } from '../types.js';
-import { CfClient, cfPath } from './cf-client.js';
-import { applyWrites, ipv4, ipv6, resolveZone, ttl, zoneRef } from './common.js';
-import { batchWrite, planIsEmpty, planRecords, planSummary, recordSummary, type BatchResult, type Desired, type DnsRecord } from './dns-records.js';
+import { CfClient } from './cf-client.js';
+import { applyWrites, ipv4, ipv6, resolveZone, ttl, zoneOut, zoneRef } from './common.js';
+import { batchWrite, planIsEmpty, planRecords, planSummary, recordsAt, recordSummary, type BatchResult, type Desired } from './dns-records.js';
 
 const ADDRESS_TYPES = new Set(['A', 'AAAA', 'CNAME']);
 
@@ -39,11 +39,8 @@ export const cfPointToServer = defineTool({
     const zone = await resolveZone(cf, input.zone);
     const names = input.include_www ? [zone.name, `www.${zone.name}`] : [zone.name];
 
-    const existing: DnsRecord[] = [];
-    for (const name of names) {
-      const { items } = await cf.listAll<DnsRecord>(cfPath`/zones/${zone.id}/dns_records`, { name }, { what: `records of ${name}` });
-      existing.push(...items.filter((r) => r.name === name && ADDRESS_TYPES.has(r.type)));
-    }
+    const byName = await recordsAt(cf, zone.id, names);
+    const existing = names.flatMap((name) => byName.get(name)!.filter((r) => ADDRESS_TYPES.has(r.type)));
     const desired: Desired[] = names.flatMap((name) => [
       ...(input.ipv4 ? [{ type: 'A' as const, name, content: input.ipv4, ttl: input.ttl, proxied: input.proxied }] : []),
       ...(input.ipv6 ? [{ type: 'AAAA' as const, name, content: input.ipv6, ttl: input.ttl, proxied: input.proxied }] : []),
@@ -51,7 +48,7 @@ export const cfPointToServer = defineTool({
     // Every A/AAAA/CNAME on these names is ours to replace: a leftover would send visitors elsewhere.
     const plan = planRecords(existing, desired);
     const changes = planSummary(plan);
-    const out = { zone: { id: zone.id, name: zone.name } };
+    const out = { zone: zoneOut(zone) };
     if (planIsEmpty(plan)) return { ...out, changed: false, records: plan.unchanged.map(recordSummary), changes };
 
     const applied = await applyWrites(cf, ctx, [batchWrite(zone.id, plan)]);

@@ -2,7 +2,9 @@ import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
 import { AppError, isAppError } from '../../errors.js';
+import type { ToolContext } from '../types.js';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
+import { applyWrites, resolveZone, zoneOut, zoneRef } from './common.js';
 
 /**
  * Helpers for the Rulesets API, where custom firewall rules (phase http_request_firewall_custom)
@@ -182,4 +184,57 @@ export function requireOne(expression: string | undefined, match: RuleMatch | un
   if (expression) return expression;
   if (match) return matchExpression(match);
   throw new AppError('invalid_input', 'Give expression or match', { issues: [{ path: ['expression'], message: 'expression or match is required' }] });
+}
+
+/** The input fields of a tool that lists, sets or deletes one rule of a phase; its own fields follow them. */
+export const ruleOperationFields = {
+  zone: zoneRef,
+  operation: z.enum(['list', 'set', 'delete']).default('list').describe('list the rules, set (create or change) one, or delete one'),
+  name: z.string().min(1).max(500).optional().describe('The rule\'s name (its description); set and delete find the rule by it'),
+  rule_id: z.string().regex(/^[0-9a-f]{32}$/).optional().describe('The rule\'s id, to pick it instead of by name'),
+  expression: expressionField.optional(),
+  match: RuleMatch.optional(),
+};
+
+interface RuleOperation {
+  zone: string;
+  operation: 'list' | 'set' | 'delete';
+  name?: string;
+  rule_id?: string;
+  expression?: string;
+  match?: RuleMatch;
+}
+
+/** The superRefine checks every such tool needs: which rule, and for set, its name and its match. */
+export function ruleOperationProblems(v: RuleOperation, c: z.RefinementCtx): void {
+  if (v.operation !== 'list' && !v.name && !v.rule_id) c.addIssue({ code: 'custom', path: ['name'], message: `${v.operation} needs name or rule_id` });
+  if (v.operation === 'set' && !v.name) c.addIssue({ code: 'custom', path: ['name'], message: 'set needs a name for the rule' });
+  if (v.operation === 'set' && !v.expression && !v.match) c.addIssue({ code: 'custom', path: ['match'], message: 'set needs expression or match' });
+}
+
+/**
+ * Lists the phase's rules, deletes the named one, or makes it exist as `spec()` describes (called only
+ * for set, after the lookups). `noun` names the rule in errors, e.g. 'cache rule'.
+ */
+export async function runRuleOperation(ctx: ToolContext, input: RuleOperation, phase: Phase, noun: string, spec: () => RuleSpec) {
+  const cf = new CfClient(ctx);
+  const zone = await resolveZone(cf, input.zone);
+  const out = { zone: zoneOut(zone) };
+  const rs = await getEntrypoint(cf, zone.id, phase);
+  if (input.operation === 'list') return { ...out, rules: (rs?.rules ?? []).map(ruleSummary) };
+
+  const existing = findRule(rs, input.rule_id, input.name);
+  if (input.operation === 'delete') {
+    if (!existing || !rs) throw new AppError('tool_failed', `No ${noun} ${input.rule_id ?? `named '${input.name}'`} in ${zone.name}`, { zone: zone.name });
+    const applied = await applyWrites(cf, ctx, [deleteWrite(zone.id, rs, existing)]);
+    if ('dry' in applied) return applied.dry;
+    return { ...out, rule: ruleSummary(existing), deleted: true, changed: true };
+  }
+  const wanted = spec();
+  const write = upsertWrite(zone.id, phase, rs, existing, wanted);
+  if (!write) return { ...out, rule: ruleSummary(existing!), changed: false };
+  const applied = await applyWrites(cf, ctx, [write]);
+  if ('dry' in applied) return applied.dry;
+  const rule = ruleFrom(applied.results[0], wanted.description);
+  return { ...out, rule: rule ? ruleSummary(rule) : wanted, changed: true, created: !existing };
 }

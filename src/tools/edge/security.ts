@@ -1,22 +1,10 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
-import { AppError } from '../../errors.js';
 import { defineTool } from '../types.js';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { accountId, applyWrites, resolveAccountId, resolveZone, settingWrite, zoneRef, type ZoneSetting } from './common.js';
-import {
-  deleteWrite,
-  expressionField,
-  findRule,
-  getEntrypoint,
-  requireOne,
-  RuleMatch,
-  ruleFrom,
-  ruleSummary,
-  upsertWrite,
-  type RuleSpec,
-} from './rulesets.js';
+import { accountId, applyWrites, resolveAccountId, resolveZone, switchEnabled, switchSetting, zoneOut, zoneRef } from './common.js';
+import { requireOne, ruleOperationFields, ruleOperationProblems, runRuleOperation } from './rulesets.js';
 
 const SECURITY_LEVELS = ['essentially_off', 'low', 'medium', 'high'] as const;
 
@@ -30,7 +18,7 @@ export const cfUnderAttack = defineTool({
   sideEffects: true,
   input: z.object({
     zone: zoneRef,
-    enabled: z.boolean().optional().describe('true to turn on, false to turn off; leave out to only read the state'),
+    enabled: switchEnabled,
     restore_level: z.enum(SECURITY_LEVELS).default('medium').describe('Security level to return to when turning the mode off'),
   }),
   qField: 'zone',
@@ -39,17 +27,24 @@ export const cfUnderAttack = defineTool({
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
     const zone = await resolveZone(cf, input.zone);
-    const current = await cf.get<ZoneSetting<string>>(cfPath`/zones/${zone.id}/settings/security_level`);
-    const on = current.value === 'under_attack';
-    const out = { zone: { id: zone.id, name: zone.name }, previous_level: current.value };
-    if (input.enabled === undefined || input.enabled === on) {
-      return { ...out, under_attack: on, security_level: current.value, changed: false };
-    }
-    const level = input.enabled ? 'under_attack' : input.restore_level;
-    const applied = await applyWrites(cf, ctx, [settingWrite(zone.id, 'security_level', level)]);
-    if ('dry' in applied) return applied.dry;
-    const after = applied.results[0] as ZoneSetting<string>;
-    return { ...out, under_attack: after.value === 'under_attack', security_level: after.value, changed: true };
+    const s = await switchSetting<string>(
+      cf,
+      ctx,
+      zone.id,
+      'security_level',
+      (v) => v === 'under_attack',
+      input.enabled,
+      (on) => (on ? 'under_attack' : input.restore_level),
+    );
+    if ('dry' in s) return s.dry;
+    const now = s.after ?? s.current;
+    return {
+      zone: zoneOut(zone),
+      previous_level: s.current.value,
+      under_attack: now.value === 'under_attack',
+      security_level: now.value,
+      changed: s.after !== null,
+    };
   },
 });
 
@@ -117,7 +112,7 @@ export const cfBlockIp = defineTool({
     if (input.zone) {
       const zone = await resolveZone(cf, input.zone);
       base = cfPath`/zones/${zone.id}/firewall/access_rules/rules`;
-      scope = { scope: 'zone', zone: { id: zone.id, name: zone.name } };
+      scope = { scope: 'zone', zone: zoneOut(zone) };
     } else {
       const account = await resolveAccountId(cf, input.account_id);
       base = cfPath`/accounts/${account}/firewall/access_rules/rules`;
@@ -154,12 +149,7 @@ export const cfFirewallRules = defineTool({
   sideEffects: true,
   input: z
     .object({
-      zone: zoneRef,
-      operation: z.enum(['list', 'set', 'delete']).default('list').describe('list the rules, set (create or change) one, or delete one'),
-      name: z.string().min(1).max(500).optional().describe('The rule\'s name (its description); set and delete find the rule by it'),
-      rule_id: z.string().regex(/^[0-9a-f]{32}$/).optional().describe('The rule\'s id, to pick it instead of by name'),
-      expression: expressionField.optional(),
-      match: RuleMatch.optional(),
+      ...ruleOperationFields,
       action: z
         .enum(FW_ACTIONS)
         .default('block')
@@ -167,9 +157,7 @@ export const cfFirewallRules = defineTool({
       enabled: z.boolean().default(true).describe('Whether the rule runs'),
     })
     .superRefine((v, c) => {
-      if (v.operation !== 'list' && !v.name && !v.rule_id) c.addIssue({ code: 'custom', path: ['name'], message: `${v.operation} needs name or rule_id` });
-      if (v.operation === 'set' && !v.name) c.addIssue({ code: 'custom', path: ['name'], message: 'set needs a name for the rule' });
-      if (v.operation === 'set' && !v.expression && !v.match) c.addIssue({ code: 'custom', path: ['match'], message: 'set needs expression or match' });
+      ruleOperationProblems(v, c);
     }),
   qField: 'zone',
   output: '{zone, rules: [{id, description, action, expression, enabled}]} for list; {zone, rule, changed} for set/delete; or {dry_run, requests}',
@@ -179,33 +167,13 @@ export const cfFirewallRules = defineTool({
     { zone: 'example.com', operation: 'set', name: 'Block bad bots', match: { user_agent_contains: 'BadBot' } },
     { zone: 'example.com', operation: 'delete', name: 'Block bad bots' },
   ],
-  handler: async (input, ctx) => {
-    const cf = new CfClient(ctx);
-    const zone = await resolveZone(cf, input.zone);
-    const out = { zone: { id: zone.id, name: zone.name } };
-    const rs = await getEntrypoint(cf, zone.id, FW_PHASE);
-    if (input.operation === 'list') return { ...out, rules: (rs?.rules ?? []).map(ruleSummary) };
-
-    const existing = findRule(rs, input.rule_id, input.name);
-    if (input.operation === 'delete') {
-      if (!existing || !rs) throw new AppError('tool_failed', `No firewall rule ${input.rule_id ?? `named '${input.name}'`} in ${zone.name}`, { zone: zone.name });
-      const applied = await applyWrites(cf, ctx, [deleteWrite(zone.id, rs, existing)]);
-      if ('dry' in applied) return applied.dry;
-      return { ...out, rule: ruleSummary(existing), deleted: true, changed: true };
-    }
-    const spec: RuleSpec = {
+  handler: async (input, ctx) =>
+    runRuleOperation(ctx, input, FW_PHASE, 'firewall rule', () => ({
       action: input.action,
       expression: requireOne(input.expression, input.match),
       description: input.name!,
       enabled: input.enabled,
       // "skip" needs to say what it skips; the rest of this phase's custom rules is what users mean.
       ...(input.action === 'skip' ? { action_parameters: { ruleset: 'current' } } : {}),
-    };
-    const write = upsertWrite(zone.id, FW_PHASE, rs, existing, spec);
-    if (!write) return { ...out, rule: ruleSummary(existing!), changed: false };
-    const applied = await applyWrites(cf, ctx, [write]);
-    if ('dry' in applied) return applied.dry;
-    const rule = ruleFrom(applied.results[0], spec.description);
-    return { ...out, rule: rule ? ruleSummary(rule) : spec, changed: true, created: !existing };
-  },
+    })),
 });

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { defineTool, type ToolContext } from '../types.js';
 import { createResolver, errorCode, ABSENT_CODES } from '../web/resolver.js';
-import { CfClient, cfPath } from './cf-client.js';
+import { CfClient } from './cf-client.js';
 import { applyWrites, hostName, resolveZone, ttl, zoneRef, type Zone } from './common.js';
 import {
   batchWrite,
@@ -9,6 +9,7 @@ import {
   planIsEmpty,
   planRecords,
   planSummary,
+  recordsAt,
   unquoteTxt,
   type BatchResult,
   type Desired,
@@ -255,11 +256,7 @@ export const cfSetupEmail = defineTool({
     const full = (rel: string) => (rel === '@' ? apex : `${rel}.${apex}`);
 
     const names = [...new Set([apex, `_dmarc.${apex}`, ...p.extra.map((e) => full(e.name))])];
-    const byName = new Map<string, DnsRecord[]>();
-    for (const name of names) {
-      const { items } = await cf.listAll<DnsRecord>(cfPath`/zones/${zone.id}/dns_records`, { name }, { what: `records of ${name}` });
-      byName.set(name, items.filter((r) => r.name === name));
-    }
+    const byName = await recordsAt(cf, zone.id, names);
     const at = (name: string) => byName.get(name) ?? [];
     const warnings: string[] = [];
     const t = input.ttl;

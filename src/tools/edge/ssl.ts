@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { defineTool } from '../types.js';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { applyWrites, resolveZone, settingWrite, zoneRef, type ZoneSetting } from './common.js';
+import { applyWrites, resolveZone, settingWrite, zoneOut, zoneRef, type ZoneSetting } from './common.js';
 
 const SSL_MODES = ['off', 'flexible', 'full', 'strict'] as const;
 const MODE_LABEL: Record<string, string> = { off: 'Off', flexible: 'Flexible', full: 'Full', strict: 'Full (strict)' };
@@ -50,7 +50,7 @@ export const cfSslStatus = defineTool({
     }));
     const active = certificates.some((c) => c.status === 'active');
     return {
-      zone: { id: zone.id, name: zone.name },
+      zone: zoneOut(zone),
       mode,
       mode_label: MODE_LABEL[mode] ?? mode,
       universal_ssl: universal.enabled ?? null,
@@ -102,7 +102,7 @@ export const cfSslMode = defineTool({
     const applied = await applyWrites(cf, ctx, writes);
     if ('dry' in applied) return { ...applied.dry, warnings };
     return {
-      zone: { id: zone.id, name: zone.name },
+      zone: zoneOut(zone),
       mode: input.mode,
       previous_mode: previous,
       changed: writes.length > 0,

@@ -1,4 +1,4 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { AppError } from '../../../src/errors.js';
 import { cfCacheRules, cfDevMode, cfPurgeCache } from '../../../src/tools/edge/cache.js';
 import { cfBulkDns, cfCreateDns, cfDeleteDns, cfListDns, cfUpdateDns } from '../../../src/tools/edge/dns.js';
@@ -8,8 +8,7 @@ import { cfBlockIp, cfFirewallRules, cfUnderAttack } from '../../../src/tools/ed
 import { cfSslMode } from '../../../src/tools/edge/ssl.js';
 import { cfDeployWorker } from '../../../src/tools/edge/workers.js';
 import { cfCreateZone, cfFindZone, cfListZones } from '../../../src/tools/edge/zones.js';
-import { assertRequestsMatchSpec } from '../../helpers/cf-openapi.js';
-import { run, startHarness, type Harness } from './harness.js';
+import { run, useHarness, type Harness } from './harness.js';
 
 async function refused(p: Promise<unknown>, code: string, field?: string): Promise<AppError> {
   const e = await p.then(
@@ -25,13 +24,7 @@ async function refused(p: Promise<unknown>, code: string, field?: string): Promi
 }
 
 let h: Harness;
-beforeEach(async () => {
-  h = await startHarness();
-});
-afterEach(async () => {
-  assertRequestsMatchSpec(h.fake.requests);
-  await h.close();
-});
+useHarness((started) => (h = started));
 
 describe('zones', () => {
   it('lists across pages, reporting each page, and stops at the limit', async () => {

@@ -1,6 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { AppError } from '../../../src/errors.js';
 import { CfClient } from '../../../src/tools/edge/cf-client.js';
 import { cfCreateDns, cfListDns } from '../../../src/tools/edge/dns.js';
@@ -9,7 +9,7 @@ import { cfPointToServer } from '../../../src/tools/edge/point-to-server.js';
 import { assertRequestsMatchSpec } from '../../helpers/cf-openapi.js';
 import { FAKE_TOKEN } from '../../helpers/fake-cloudflare.js';
 import { makeToolContext } from '../../helpers/tool-context.js';
-import { run, startHarness, type Harness } from './harness.js';
+import { run, useHarness, type Harness } from './harness.js';
 
 async function failure(p: Promise<unknown>): Promise<AppError> {
   const e = await p.then(
@@ -29,10 +29,7 @@ const createInput = { zone: 'example.com', type: 'A', name: 'app', content: '203
 
 describe('Cloudflare error mapping', () => {
   let h: Harness;
-  beforeEach(async () => {
-    h = await startHarness();
-  });
-  afterEach(async () => h.close());
+  useHarness((started) => (h = started), { checkRequests: false });
 
   it('refuses to run without a token, naming the header to send', async () => {
     const { ctx } = h.ctx({ edgeToken: undefined });

@@ -1,5 +1,7 @@
+import { afterEach, beforeEach } from 'vitest';
 import { parseOrThrow } from '../../../src/services/validation.js';
 import type { AnyTool, ToolContext } from '../../../src/tools/types.js';
+import { assertRequestsMatchSpec } from '../../helpers/cf-openapi.js';
 import { FAKE_TOKEN, startFakeCloudflare, type FakeCloudflare, type FakeZone } from '../../helpers/fake-cloudflare.js';
 import { makeToolContext } from '../../helpers/tool-context.js';
 import { FakeDns } from './fake-dns.js';
@@ -47,6 +49,22 @@ export async function startHarness(): Promise<Harness> {
       await dns.close();
     },
   };
+}
+
+/**
+ * Starts a fresh harness before each test (handed to `use`) and closes it after; unless told not to,
+ * first checks every request the test sent against Cloudflare's API description.
+ */
+export function useHarness(use: (h: Harness) => void, { checkRequests = true } = {}): void {
+  let h: Harness;
+  beforeEach(async () => {
+    h = await startHarness();
+    use(h);
+  });
+  afterEach(async () => {
+    if (checkRequests) assertRequestsMatchSpec(h.fake.requests);
+    await h.close();
+  });
 }
 
 /** Runs a tool as the worker does: input through its zod schema (invalid_input on failure), then the handler. */

@@ -1,9 +1,8 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { AppError } from '../../../src/errors.js';
 import { cfPointToServer } from '../../../src/tools/edge/point-to-server.js';
-import { assertRequestsMatchSpec } from '../../helpers/cf-openapi.js';
 import type { FakeZone } from '../../helpers/fake-cloudflare.js';
-import { run, startHarness, type Harness } from './harness.js';
+import { run, useHarness, type Harness } from './harness.js';
 
 const addressRecords = (z: FakeZone) =>
   z.records
@@ -13,13 +12,7 @@ const addressRecords = (z: FakeZone) =>
 
 describe('cf_point_to_server', () => {
   let h: Harness;
-  beforeEach(async () => {
-    h = await startHarness();
-  });
-  afterEach(async () => {
-    assertRequestsMatchSpec(h.fake.requests);
-    await h.close();
-  });
+  useHarness((started) => (h = started));
 
   it('creates apex and www records in one batch, and a second run sends no changes', async () => {
     const input = { zone: 'example.com', ipv4: '203.0.113.10', ipv6: '2001:db8::10' };

@@ -1,10 +1,9 @@
 import { createSocket } from 'node:dgram';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { AppError } from '../../../src/errors.js';
 import { cfSetupEmail, mergeSpf } from '../../../src/tools/edge/setup-email.js';
-import { assertRequestsMatchSpec } from '../../helpers/cf-openapi.js';
 import type { FakeZone } from '../../helpers/fake-cloudflare.js';
-import { run, startHarness, type Harness } from './harness.js';
+import { run, useHarness, type Harness } from './harness.js';
 
 describe('mergeSpf', () => {
   it.each([
@@ -28,13 +27,7 @@ const lines = (z: FakeZone, filter: (t: string, n: string) => boolean = () => tr
 
 describe('cf_setup_email', () => {
   let h: Harness;
-  beforeEach(async () => {
-    h = await startHarness();
-  });
-  afterEach(async () => {
-    assertRequestsMatchSpec(h.fake.requests);
-    await h.close();
-  });
+  useHarness((started) => (h = started));
 
   it('Fastmail: merges into the existing SPF record, replaces MX, adds DKIM CNAMEs and DMARC in one batch; a second run changes nothing', async () => {
     h.fake.addRecord(h.zone, { type: 'MX', name: '@', content: 'mx.old-host.example', priority: 10 });
