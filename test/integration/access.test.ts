@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { sql } from '../../src/db/pool.js';
 import { z } from 'zod';
 import { json, startHarness, type Harness } from '../helpers/harness.js';
@@ -141,6 +141,22 @@ describe('rate limits across replicas', () => {
       const res = await Promise.all(Array.from({ length: 80 }, (_, i) => apps[i % 2]!.request({ method: 'GET', url: '/balance', headers: auth(acct.apiKey) })));
       expect(res.filter((r) => r.statusCode === 200)).toHaveLength(30);
       expect(res.filter((r) => r.statusCode === 429)).toHaveLength(50);
+    } finally {
+      await second.close();
+    }
+  });
+
+  it('a revocation on one replica reaches the other within a second, although keys are cached', async () => {
+    const second = await startHarness({ REDIS_PREFIX: h.config.REDIS_PREFIX, KEY_CACHE_SECONDS: '30' }, { workers: [] });
+    try {
+      const acct = await h.account('enterprise', 100, { rpm: 100_000 });
+      const sub = json(await post('/subkeys/create', acct.apiKey, { name: 'r', monthly_limit: 5, allowed_tools: ['compute'] }));
+      const viaSecond = () => second.request({ method: 'GET', url: '/balance', headers: auth(sub.api_key) });
+      expect((await viaSecond()).statusCode).toBe(200); // now cached on the second replica for 30 s
+      const revokedAt = Date.now();
+      await h.request({ method: 'DELETE', url: `/subkeys/${sub.key_id}`, headers: auth(acct.apiKey) });
+      await vi.waitFor(async () => expect((await viaSecond()).statusCode).toBe(401), { timeout: 1000, interval: 10 });
+      expect(Date.now() - revokedAt).toBeLessThan(1000);
     } finally {
       await second.close();
     }
