@@ -90,16 +90,22 @@ export class JobQueues {
     return ((await Job.fromId(this.queue(family), jobId)) as Job<CallJobData, CallResult> | undefined) ?? null;
   }
 
-  async view(jobId: string): Promise<JobView | null> {
+  async view(jobId: string, reread = true): Promise<JobView | null> {
     const job = await this.getJob(jobId);
     if (!job) return null;
     if (job.finishedOn && job.returnvalue !== null && job.returnvalue !== undefined && !job.failedReason) {
       return { state: 'completed', data: job.data, value: job.returnvalue };
     }
     const status = await job.getState();
-    if (status === 'completed') return { state: 'completed', data: job.data, value: job.returnvalue };
-    if (status === 'failed') return { state: 'failed', data: job.data, error: decodeFailure(job.failedReason) };
+    // A job that finished between the read above and getState has its outcome only in a fresh read
+    // (and none at all if it was removed on completion: then null, and JobRecords has it).
+    if (status === 'completed' || status === 'failed') return job.finishedOn || !reread ? this.finished(job, status) : this.view(jobId, false);
     return { state: 'pending', data: job.data, status, progress: job.progress };
+  }
+
+  private finished(job: Job<CallJobData, CallResult>, status: 'completed' | 'failed'): JobView {
+    if (status === 'completed') return { state: 'completed', data: job.data, value: job.returnvalue };
+    return { state: 'failed', data: job.data, error: decodeFailure(job.failedReason) };
   }
 
   async close(): Promise<void> {

@@ -7,6 +7,8 @@ import { queueName } from './queues.js';
 import { connectRedis } from './redis.js';
 import type { JobRecords } from './job-records.js';
 import type { ToolProgress } from '../tools/types.js';
+import type { JobEventLog, LoggedEvent } from './job-events.js';
+import { PARALLEL_ROOT_JOB } from './flows.js';
 
 /**
  * One BullMQ worker per tool family, each sized by its CONCURRENCY_<FAMILY> setting. The processor only
@@ -16,7 +18,15 @@ export class WorkerPool {
   private readonly workers: Worker[] = [];
 
   constructor(
-    private readonly deps: { config: Config; log: Logger; runner: ToolRunner; records: JobRecords; onProgress?: (jobId: string, p: ToolProgress) => Promise<void> },
+    private readonly deps: {
+      config: Config;
+      log: Logger;
+      runner: ToolRunner;
+      records: JobRecords;
+      onProgress?: (jobId: string, p: ToolProgress) => Promise<void>;
+      /** Keeps progress and flow-step outcomes for SSE replay (GET /jobs/{id}/events). */
+      events?: JobEventLog;
+    },
     private readonly families: readonly Family[],
   ) {}
 
@@ -39,6 +49,13 @@ export class WorkerPool {
   }
 
   private async process(job: Job<CallJobData, CallResult>): Promise<CallResult> {
+    // A parallel request's root only gathers its children, which have all finished by now; the API
+    // reads their outcomes (src/services/protocol.ts). Nothing runs and nothing is charged.
+    if (job.name === PARALLEL_ROOT_JOB) return { result: null, cost_cents: 0, remaining_credits: null };
+    const logId = job.data.eventLog ?? job.id!;
+    // Best effort: a lost replay entry must not fail (and so re-run) a call that worked.
+    const logEvent = async (e: LoggedEvent) =>
+      this.deps.events?.append(logId, e).catch((err: Error) => this.deps.log.warn({ err: err.message, job: job.id }, 'event log write failed'));
     const abort = new AbortController();
     const ephemeral = job.data.edgeToken !== undefined;
     const record = { keyId: job.data.keyId, accountId: job.data.accountId };
@@ -49,6 +66,8 @@ export class WorkerPool {
         maxAttempts: job.opts.attempts ?? 1,
         signal: abort.signal,
         progress: async (p) => {
+          // Logged before the BullMQ progress event: a stream woken by that event then finds the entry.
+          await logEvent({ type: 'progress', job: job.id!, data: p });
           await job.updateProgress(p as unknown as object);
           await this.deps.onProgress?.(job.id!, p);
         },
@@ -59,11 +78,13 @@ export class WorkerPool {
         },
       });
       if (ephemeral) await this.deps.records.put(job.id!, { state: 'completed', value, ...record });
+      if (job.data.eventLog) await logEvent({ type: 'step', job: job.id!, outcome: 'completed', value });
       return value;
     } catch (e) {
       if (!(e instanceof JobFailure)) throw e;
       if (e.final) {
         if (ephemeral) await this.deps.records.put(job.id!, { state: 'failed', error: e.error.toJSON(), ...record });
+        if (job.data.eventLog) await logEvent({ type: 'step', job: job.id!, outcome: 'failed', error: e.error.toJSON() });
         throw new UnrecoverableError(encodeFailure(e.error));
       }
       throw new Error(encodeFailure(e.error));

@@ -1,0 +1,462 @@
+import { z } from 'zod';
+import type { Config } from '../config.js';
+import { AppError } from '../errors.js';
+import { findTool, getTool } from '../tools/index.js';
+import type { AnyTool } from '../tools/types.js';
+import type { AccountsRepo } from '../db/accounts-repo.js';
+import type { CompletionDispatcher } from '../queue/dispatcher.js';
+import type { JobRecords } from '../queue/job-records.js';
+import { newJobId, type FlowStep, type JobQueues } from '../queue/queues.js';
+import { PARALLEL_ROOT_JOB, type FlowMode, type FlowRecord, type FlowRecords } from '../queue/flows.js';
+import type { KeyCaller } from './auth.js';
+import { authorizeTool, type CallAnswer, type CallService } from './calls.js';
+import type { CreditReservations } from './credits.js';
+import type { CallJobData, CallResult } from './runner.js';
+import { invalidInput } from './validation.js';
+
+/**
+ * The root protocol (POST /): `direct` and `stream` run one tool with `q` in the field it declares;
+ * `chain` and `parallel` run several as one BullMQ flow. Admission covers the whole request before
+ * anything runs: every tool exists, the plan and sub-key may use each, the first input is valid and
+ * credit (and a sub-key's month) covers every step at once.
+ */
+
+export const MAX_STEPS = 10;
+
+const SHAPES =
+  'send {"chain": ["tool", ...], "q": "..."}, {"parallel": ["tool", ...], "q": "..."}, {"m": "tool", "q": "..."} or {"stream": true, "m": "tool", "q": "..."}';
+
+const toolName = z.string().min(1).max(200);
+const common = {
+  q: z
+    .string({ required_error: "q is required: the input that fills each tool's q field", invalid_type_error: 'q must be a string' })
+    .describe("The input. It fills the field each tool declares as its q field (GET /tools/{name} shows `q_field`)."),
+  stream: z.boolean().optional().describe('true: answer with Server-Sent Events (queued, progress, result or error) instead of one JSON body'),
+  edge_token: z.string().optional().describe('Edge-network API token for cf_* tools, if the X-Edge-Token header cannot be sent'),
+};
+const toolList = (mode: FlowMode) =>
+  z
+    .array(toolName)
+    .min(1, `${mode} lists no tools: give 1 to ${MAX_STEPS} tool names`)
+    .max(MAX_STEPS, `${mode} lists more than ${MAX_STEPS} tools: at most ${MAX_STEPS} per request`);
+
+export const ChainRequestSchema = z
+  .object({
+    chain: toolList('chain').describe("Tools run one after another: the first gets q, each later one gets the previous step's output as its q"),
+    ...common,
+  })
+  .strict();
+export const ParallelRequestSchema = z
+  .object({ parallel: toolList('parallel').describe('Tools run at the same time, each with the same q'), ...common })
+  .strict();
+export const DirectRequestSchema = z.object({ m: toolName.describe('The tool to run'), ...common }).strict();
+
+/** The modes as the root document describes them, each with a working request body (tests run them). */
+export const PROTOCOL_MODES = {
+  chain: {
+    description: `POST / with up to ${MAX_STEPS} tools run in order, each getting the previous output as its q; stops at the first failing step`,
+    example: { chain: ['page_fetch', 'roast'], q: 'https://example.com/' },
+  },
+  parallel: {
+    description: `POST / with up to ${MAX_STEPS} tools run at once on the same q; results keyed by tool, only successes charged`,
+    example: { parallel: ['domain_check', 'page_fetch'], q: 'example.com' },
+  },
+  stream: {
+    description: 'POST / like direct (or chain/parallel) with stream: true; Server-Sent Events queued, progress, result or error',
+    example: { stream: true, m: 'compute', q: '2 * (3 + 4)' },
+  },
+  direct: {
+    description: "POST / running one tool with q in its q field; answers like POST /tools/{m}",
+    example: { m: 'compute', q: '2 * (3 + 4)' },
+  },
+};
+
+export type ProtocolRequest =
+  | { mode: 'direct'; tool: AnyTool; q: string; stream: boolean; edgeToken?: string }
+  | { mode: FlowMode; tools: AnyTool[]; q: string; stream: boolean; edgeToken?: string };
+type FlowRequest = Extract<ProtocolRequest, { mode: FlowMode }>;
+
+const MODE_KEYS = ['chain', 'parallel', 'm'] as const;
+
+/** Reads a POST / body: exactly one mode, valid fields, known tools. */
+export function parseProtocolRequest(body: unknown): ProtocolRequest {
+  if (!body || typeof body !== 'object' || Array.isArray(body)) {
+    throw new AppError('invalid_input', `POST / takes a JSON object: ${SHAPES}`, { issues: [{ path: [], message: 'expected an object' }] });
+  }
+  const present = MODE_KEYS.filter((k) => k in body);
+  if (present.length === 0) {
+    throw new AppError('invalid_input', `The body matches no mode: ${SHAPES}`, {
+      issues: [{ path: [], message: 'expected one of chain, parallel or m' }],
+    });
+  }
+  if (present.length > 1) {
+    throw new AppError('invalid_input', `The body matches several modes (${present.join(' and ')}): send exactly one of chain, parallel or m`, {
+      issues: present.map((k) => ({ path: [k], message: 'only one mode per request' })),
+    });
+  }
+  const mode = present[0]!;
+  if (mode === 'm') {
+    const parsed = DirectRequestSchema.safeParse(body);
+    if (!parsed.success) throw invalidInput(parsed.error, 'POST / body is invalid');
+    const d = parsed.data;
+    // Same 404 as POST /tools/{m}: direct mode answers exactly like it.
+    return { mode: 'direct', tool: getTool(d.m), q: d.q, stream: d.stream ?? false, edgeToken: d.edge_token || undefined };
+  }
+  const parsed = (mode === 'chain' ? ChainRequestSchema : ParallelRequestSchema).safeParse(body);
+  if (!parsed.success) throw invalidInput(parsed.error, 'POST / body is invalid');
+  const d = parsed.data as { q: string; stream?: boolean; edge_token?: string } & { chain?: string[]; parallel?: string[] };
+  const names = (mode === 'chain' ? d.chain : d.parallel)!;
+  const tools = names.map((name, i) => {
+    const tool = findTool(name);
+    if (!tool) {
+      throw new AppError('tool_not_found', `No tool named '${name}' (${mode} step ${i + 1} of ${names.length}). GET /tools lists them.`, {
+        tool: name,
+        index: i,
+      });
+    }
+    return tool;
+  });
+  return { mode, tools, q: d.q, stream: d.stream ?? false, edgeToken: d.edge_token || undefined };
+}
+
+/** Keys of a parallel answer's `results`: the tool name; a tool listed again gets `name#2`, `name#3`... */
+export function resultKeys(names: string[]): string[] {
+  const seen = new Map<string, number>();
+  return names.map((n) => {
+    const k = (seen.get(n) ?? 0) + 1;
+    seen.set(n, k);
+    return k === 1 ? n : `${n}#${k}`;
+  });
+}
+
+export interface ProtocolOptions {
+  requestId: string;
+  /** From the X-Edge-Token header; wins over `edge_token` in the body. */
+  edgeToken?: string;
+  respondAsync?: boolean;
+}
+
+/** A whole HTTP answer, so a wrapper (idempotency) can store and replay it. Failures are thrown. */
+export interface ProtocolAnswer {
+  status: 200 | 202;
+  headers: Record<string, string>;
+  body: unknown;
+}
+
+/** What a stream follows: one job (its events may sit in a flow root's log), or a whole flow. */
+export type StreamTarget = { kind: 'job'; jobId: string; logId: string } | { kind: 'flow'; flow: FlowRecord };
+
+export type Final = { ok: true; body: unknown } | { ok: false; error: AppError };
+
+type StepOutcome =
+  | { state: 'completed'; value: CallResult }
+  | { state: 'failed'; error: AppError }
+  | { state: 'pending'; status: string }
+  | { state: 'missing' };
+
+export interface StepSummary {
+  tool: string;
+  result: unknown;
+  cost_cents: number;
+}
+
+export function stepError(err: AppError) {
+  return { code: err.code, message: err.message, ...err.details };
+}
+
+export class ProtocolService {
+  constructor(
+    private readonly deps: {
+      config: Config;
+      calls: CallService;
+      queues: JobQueues;
+      dispatcher: CompletionDispatcher;
+      records: JobRecords;
+      flows: FlowRecords;
+      credits: CreditReservations;
+      accounts: AccountsRepo;
+    },
+  ) {}
+
+  /** Runs a non-streaming request and waits for it (202 with the root job id past the sync timeout). */
+  async answer(caller: KeyCaller, req: ProtocolRequest, opts: ProtocolOptions): Promise<ProtocolAnswer> {
+    if (req.mode === 'direct') return fromCallAnswer(await this.deps.calls.call(caller, req.tool.name, { [req.tool.qField]: req.q }, this.callOpts(req, opts)));
+
+    const { dispatcher, config } = this.deps;
+    const seen = new Map<string, StepOutcome>();
+    const unsubscribe: Array<() => void> = [];
+    let finished = () => {};
+    const done = new Promise<void>((resolve) => {
+      finished = resolve;
+    });
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const flow = await this.launch(caller, req, opts, (f) => {
+        // Subscribed before the flow is added, so no step's outcome can slip past.
+        for (const s of f.steps) {
+          unsubscribe.push(
+            dispatcher.subscribe(s.jobId, (e) => {
+              if (e.type === 'progress') return;
+              seen.set(e.jobId, e.type === 'completed' ? { state: 'completed', value: e.value } : { state: 'failed', error: e.error });
+              if (flowDone(f, f.steps.map((x) => seen.get(x.jobId)))) finished();
+            }),
+          );
+        }
+      });
+      if (opts.respondAsync) return accepted(flow.rootId);
+      timer = setTimeout(finished, config.SYNC_TIMEOUT_MS);
+      await done;
+      if (!flowDone(flow, flow.steps.map((s) => seen.get(s.jobId)))) return accepted(flow.rootId);
+      const outcomes = await Promise.all(flow.steps.map((s) => seen.get(s.jobId) ?? this.readStep(s.jobId)));
+      const final = await this.flowFinal(flow, outcomes);
+      if (!final.ok) throw final.error;
+      return { status: 200, headers: { 'x-job-id': flow.rootId }, body: final.body };
+    } finally {
+      clearTimeout(timer);
+      for (const u of unsubscribe) u();
+    }
+  }
+
+  /** Admits and queues a streaming request; the caller then follows the returned target. */
+  async start(caller: KeyCaller, req: ProtocolRequest, opts: ProtocolOptions): Promise<StreamTarget> {
+    if (req.mode === 'direct') return this.startTool(caller, req.tool.name, { [req.tool.qField]: req.q }, this.callOpts(req, opts));
+    return { kind: 'flow', flow: await this.launch(caller, req, opts) };
+  }
+
+  /** Admits and queues one tool call (POST /tools/{name} with Accept: text/event-stream). */
+  async startTool(caller: KeyCaller, tool: string, body: unknown, opts: ProtocolOptions): Promise<StreamTarget> {
+    const a = await this.deps.calls.call(caller, tool, body, { ...opts, respondAsync: true });
+    return { kind: 'job', jobId: a.jobId, logId: a.jobId };
+  }
+
+  /** The stream target for a job id the caller owns (GET /jobs/{id}/events, reconnects). */
+  async target(caller: KeyCaller, jobId: string): Promise<StreamTarget> {
+    const notFound = new AppError('not_found', `No job ${jobId} for this key`);
+    const flow = await this.deps.flows.get(jobId);
+    if (flow) {
+      if (flow.keyId !== caller.keyId) throw notFound;
+      return { kind: 'flow', flow };
+    }
+    const view = await this.deps.queues.view(jobId).catch(() => null);
+    const owner = view ? view.data.keyId : ((await this.deps.records.get(jobId))?.keyId ?? null);
+    if (owner === null || owner !== caller.keyId) throw notFound;
+    return { kind: 'job', jobId, logId: view?.data.eventLog ?? jobId };
+  }
+
+  /** The outcome of a finished target (the body a sync call returns, or its error); null while it runs. */
+  async final(target: StreamTarget): Promise<Final | null> {
+    if (target.kind === 'flow') {
+      const outcomes = await Promise.all(target.flow.steps.map((s) => this.readStep(s.jobId)));
+      return flowDone(target.flow, outcomes) ? this.flowFinal(target.flow, outcomes) : null;
+    }
+    const o = await this.readStep(target.jobId);
+    if (o.state === 'pending') return null;
+    if (o.state === 'completed') return { ok: true, body: o.value };
+    const err = o.state === 'failed' ? o.error : new AppError('not_found', `Job ${target.jobId} is no longer stored`);
+    return { ok: false, error: new AppError(err.code, err.message, { ...err.details, job_id: target.jobId }) };
+  }
+
+  /** GET /jobs/{id}: a chain or parallel root answers with the whole request's body; other jobs as before. */
+  async jobStatus(caller: KeyCaller, jobId: string): Promise<{ status: number; body: unknown }> {
+    const flow = await this.deps.flows.get(jobId);
+    if (!flow) return this.deps.calls.jobStatus(caller, jobId);
+    if (flow.keyId !== caller.keyId) throw new AppError('not_found', `No job ${jobId} for this key`);
+    const final = await this.final({ kind: 'flow', flow });
+    if (final && !final.ok) throw final.error;
+    if (final) return { status: 200, body: { job_id: jobId, status: 'completed', ...(final.body as object) } };
+    const outcomes = await Promise.all(flow.steps.map((s) => this.readStep(s.jobId)));
+    const steps = flow.steps.map((s, i) => ({ tool: s.tool, job_id: s.jobId, status: stepStatus(outcomes[i]!) }));
+    const started = steps.some((s) => s.status !== 'queued');
+    return { status: 200, body: { job_id: jobId, status: started ? 'running' : 'queued', mode: flow.mode, steps } };
+  }
+
+  private callOpts(req: ProtocolRequest, opts: ProtocolOptions) {
+    return { requestId: opts.requestId, respondAsync: opts.respondAsync, edgeToken: opts.edgeToken ?? req.edgeToken };
+  }
+
+  /**
+   * Admission and enqueue of a chain or parallel request as one flow. A chain nests its steps (the
+   * last tool is the root, the first the deepest child; a failing step fails its parents, so later
+   * steps never run). A parallel request hangs every tool under a no-op root that waits for all.
+   */
+  private async launch(caller: KeyCaller, req: FlowRequest, opts: ProtocolOptions, beforeAdd?: (flow: FlowRecord) => void): Promise<FlowRecord> {
+    const { calls, queues, flows } = this.deps;
+    const { mode, tools, q } = req;
+    const edgeToken = opts.edgeToken ?? req.edgeToken;
+    const n = tools.length;
+    for (const tool of tools) authorizeTool(caller, tool);
+    // Later chain steps' inputs come from the step before, so they are checked when they run.
+    const inputs = tools.map((tool, i) => {
+      if (mode === 'parallel' || i === 0) return calls.prepare(tool, { [tool.qField]: q }, edgeToken);
+      if (tool.needsEdgeToken && !edgeToken) {
+        throw new AppError('invalid_input', `${tool.name} (chain step ${i + 1}) needs your Cloudflare API token: send it in the X-Edge-Token header (or as edge_token in the body)`, {
+          issues: [{ path: ['X-Edge-Token'], message: 'required' }],
+        });
+      }
+      return {};
+    });
+
+    const rootId = mode === 'chain' ? newJobId(tools[n - 1]!.family) : newJobId('core');
+    const ids = tools.map((t, i) => (mode === 'chain' && i === n - 1 ? rootId : newJobId(t.family)));
+    const steps: FlowStep[] = tools.map((tool, i) => {
+      const data: CallJobData = { ...calls.jobData(caller, tool, inputs[i]!, opts.requestId, edgeToken), eventLog: rootId };
+      if (mode === 'chain' && i > 0) data.qFromPrevious = true;
+      if (mode === 'chain' && i < n - 1) data.laterSteps = ids.slice(i + 1);
+      return { jobId: ids[i]!, family: tool.family, data };
+    });
+    await calls.reserve(caller, steps);
+
+    const keys = mode === 'parallel' ? resultKeys(tools.map((t) => t.name)) : tools.map((t) => t.name);
+    const flow: FlowRecord = {
+      mode,
+      rootId,
+      keyId: caller.keyId,
+      accountId: caller.accountId,
+      sandbox: caller.sandbox,
+      steps: steps.map((s, i) => ({ tool: tools[i]!.name, jobId: s.jobId, key: keys[i]! })),
+    };
+    try {
+      await flows.put(flow);
+      beforeAdd?.(flow);
+      await queues.addFlow(mode === 'chain' ? this.chainTree(steps) : this.parallelTree(rootId, steps, caller, opts.requestId));
+    } catch {
+      await calls.release(caller, ids);
+      await flows.delete(rootId).catch(() => {});
+      throw new AppError('service_unavailable', 'Could not queue the request; nothing was charged', {}, { retryable: true });
+    }
+    return flow;
+  }
+
+  private chainTree(steps: FlowStep[]) {
+    const { queues } = this.deps;
+    let node: ReturnType<JobQueues['flowNode']> | undefined;
+    steps.forEach((step, i) => {
+      const last = i === steps.length - 1;
+      node = queues.flowNode(step, node ? [node] : undefined, last ? {} : { failParentOnFailure: true });
+    });
+    return node!;
+  }
+
+  private parallelTree(rootId: string, steps: FlowStep[], caller: KeyCaller, requestId: string) {
+    const { queues } = this.deps;
+    const children = steps.map((s) => queues.flowNode(s, undefined, { ignoreDependencyOnFailure: true }));
+    const data: CallJobData = {
+      tool: PARALLEL_ROOT_JOB,
+      input: {},
+      accountId: caller.accountId,
+      keyId: caller.keyId,
+      subKeyId: caller.subKey?.keyId ?? null,
+      agentName: caller.agentName,
+      payer: null,
+      priceCents: 0,
+      listPriceCents: 0,
+      sandbox: caller.sandbox,
+      requestId,
+    };
+    return queues.flowNode({ jobId: rootId, family: 'core', data }, children);
+  }
+
+  private async readStep(jobId: string): Promise<StepOutcome> {
+    const view = await this.deps.queues.view(jobId).catch(() => null);
+    if (view?.state === 'pending') return { state: 'pending', status: view.status };
+    if (view?.state === 'failed') return { state: 'failed', error: view.error };
+    if (view?.state === 'completed' && view.value) return { state: 'completed', value: view.value };
+    // Jobs that carried an edge token are deleted when they finish; their outcome is kept apart.
+    const rec = await this.deps.records.get(jobId);
+    if (rec?.state === 'completed' && rec.value) return { state: 'completed', value: rec.value };
+    if (rec?.state === 'failed' && rec.error) return { state: 'failed', error: AppError.fromJSON(rec.error) };
+    return { state: 'missing' };
+  }
+
+  /** The answer of a finished flow, from each step's outcome. A failed chain also frees the holds of steps that never ran. */
+  private async flowFinal(flow: FlowRecord, outcomes: StepOutcome[]): Promise<Final> {
+    const sandbox = flow.sandbox ? { sandbox: true as const } : {};
+    if (flow.mode === 'parallel') {
+      const results: Record<string, { result: unknown; cost_cents: number } | { error: Record<string, unknown> }> = {};
+      let cost = 0;
+      let remaining: number | null = null;
+      flow.steps.forEach((s, i) => {
+        const o = outcomes[i]!;
+        if (o.state === 'completed') {
+          results[s.key] = { result: o.value.result, cost_cents: o.value.cost_cents };
+          cost += o.value.cost_cents;
+          // Steps settle concurrently: the lowest balance reported is the one after all of them.
+          if (o.value.remaining_credits !== null) remaining = Math.min(remaining ?? Infinity, o.value.remaining_credits);
+        } else {
+          results[s.key] = { error: stepError(o.state === 'failed' ? o.error : lostOutcome(s.tool)) };
+        }
+      });
+      return { ok: true, body: { results, cost_cents: cost, remaining_credits: remaining ?? (await this.balance(flow)), ...sandbox } };
+    }
+
+    const k = outcomes.findIndex((o) => o.state !== 'completed');
+    const done = (k < 0 ? outcomes : outcomes.slice(0, k)) as Array<Extract<StepOutcome, { state: 'completed' }>>;
+    const steps: StepSummary[] = done.map((o, i) => ({ tool: flow.steps[i]!.tool, result: o.value.result, cost_cents: o.value.cost_cents }));
+    const cost = steps.reduce((s, x) => s + x.cost_cents, 0);
+    const last = done[done.length - 1]?.value;
+    const remaining = last && last.remaining_credits !== null ? last.remaining_credits : await this.balance(flow);
+    if (k < 0) return { ok: true, body: { steps, result: last!.result, cost_cents: cost, remaining_credits: remaining, ...sandbox } };
+
+    // The failing step's worker gave back its own hold and those after it; this covers a worker that died.
+    await this.deps.credits.release(flow.accountId, flow.steps.slice(k).map((s) => s.jobId));
+    const failed = flow.steps[k]!;
+    const o = outcomes[k]!;
+    const err = o.state === 'failed' ? o.error : lostOutcome(failed.tool);
+    const n = flow.steps.length;
+    const notes = [`Chain step ${k + 1} of ${n} (${failed.tool}) failed: ${err.message}`];
+    if (k > 0) notes.push(`${plural(k, 'earlier step')} completed and ${k > 1 ? 'are' : 'is'} charged`);
+    if (k < n - 1) notes.push(`${plural(n - k - 1, 'later step')} did not run and ${n - k - 1 > 1 ? 'are' : 'is'} not charged`);
+    const error = new AppError(
+      err.code,
+      notes.join('; '),
+      {
+        job_id: flow.rootId,
+        failed_step: { index: k, tool: failed.tool, job_id: failed.jobId, error: stepError(err) },
+        steps,
+        cost_cents: cost,
+        remaining_credits: remaining,
+        ...sandbox,
+      },
+      { headers: { 'x-job-id': flow.rootId } },
+    );
+    return { ok: false, error };
+  }
+
+  private async balance(flow: FlowRecord): Promise<number> {
+    return this.deps.accounts.credits(flow.accountId);
+  }
+}
+
+/**
+ * Whether a flow's answer is known: a chain's once its last step completed or any step failed (the
+ * steps after it will never run), a parallel request's once every tool finished. The answer does not
+ * wait for BullMQ to fail a chain's later steps or to run a parallel request's root.
+ */
+function flowDone(flow: FlowRecord, outcomes: Array<StepOutcome | undefined>): boolean {
+  const finished = (o: StepOutcome | undefined) => !!o && o.state !== 'pending';
+  if (flow.mode === 'parallel') return outcomes.every(finished);
+  return outcomes.some((o) => o?.state === 'failed' || o?.state === 'missing') || outcomes[outcomes.length - 1]?.state === 'completed';
+}
+
+function lostOutcome(tool: string): AppError {
+  return new AppError('internal_error', `The outcome of ${tool} is no longer available`);
+}
+
+function stepStatus(o: StepOutcome): string {
+  if (o.state === 'pending') return o.status === 'active' ? 'running' : 'queued';
+  return o.state === 'missing' ? 'unknown' : o.state;
+}
+
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n > 1 ? 's' : ''}`;
+}
+
+function accepted(jobId: string): ProtocolAnswer {
+  const statusUrl = `/jobs/${jobId}`;
+  return { status: 202, headers: { 'x-job-id': jobId, location: statusUrl }, body: { job_id: jobId, status: 'queued', status_url: statusUrl } };
+}
+
+function fromCallAnswer(a: CallAnswer): ProtocolAnswer {
+  if (a.status === 202) return { status: 202, headers: { 'x-job-id': a.jobId, location: a.body.status_url }, body: a.body };
+  return { status: 200, headers: { 'x-job-id': a.jobId }, body: a.body };
+}
