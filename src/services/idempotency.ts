@@ -21,7 +21,7 @@ const KEY_RE = /^[\x21-\x7e]{1,255}$/;
  * Idempotency-Key for POSTs that run tools. The first request with a key claims it atomically
  * (SET NX); a retry with the same key and body gets the first response again and runs nothing, a
  * different body is 422, and a retry while the first still runs is 409. Responses that say nothing
- * happened (429 and 5xx) release the key so the client can retry for real.
+ * happened (429 and 5xx without a charge) release the key so the client can retry for real.
  */
 export class Idempotency {
   constructor(
@@ -61,7 +61,10 @@ export class Idempotency {
     try {
       response = await exec();
     } catch (e) {
-      if (e instanceof AppError && e.status !== 429 && e.status < 500) {
+      // An error after which something was charged (a chain failing at a later step) is kept even
+      // when it is a 5xx: retrying would run and charge the completed steps again.
+      const charged = e instanceof AppError && Number(e.details.cost_cents ?? 0) > 0;
+      if (e instanceof AppError && ((e.status !== 429 && e.status < 500) || charged)) {
         const stored: StoredResponse = { status: e.status, headers: e.headers, body: { error: { code: e.code, message: e.message, ...e.details } } };
         await this.redis.set(key, JSON.stringify({ state: 'done', fingerprint, response: stored } satisfies Entry), 'EX', TTL_SECONDS);
       } else {
