@@ -23,8 +23,9 @@ export interface FlowStepRecord {
 export interface FlowRecord {
   mode: FlowMode;
   rootId: string;
-  keyId: string;
-  accountId: string;
+  /** Null for a request paid per call (x402): it has no key or account, and GET /jobs cannot read it. */
+  keyId: string | null;
+  accountId: string | null;
   sandbox: boolean;
   steps: FlowStepRecord[];
 }

@@ -1,6 +1,10 @@
-import type { FastifyInstance } from 'fastify';
-import { parseProtocolRequest } from '../services/protocol.js';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { AppError } from '../errors.js';
+import type { PayPerCall } from '../services/pay-per-call.js';
+import { parseProtocolRequest, type ProtocolRequest, type ProtocolService } from '../services/protocol.js';
 import { edgeTokenHeader, sendIdempotent, wantsAsync } from './calls.js';
+import { baseUrl } from './meta.js';
+import { freeNeedsKey, paidIdempotency, payPerCallFor, sendPaid } from './paid-calls.js';
 import { lastEventCursor, protocolServices, resumeEventStream, startEventStream } from './stream.js';
 
 /** POST /: the root protocol (direct, chain, parallel, stream). Shapes in src/services/protocol.ts. */
@@ -8,6 +12,8 @@ export async function rootRoutes(app: FastifyInstance): Promise<void> {
   const { protocol } = protocolServices(app.container);
 
   app.post('/', async (req, reply) => {
+    const paid = payPerCallFor(req);
+    if (paid) return sendPaidRoot(req, reply, protocol, paid);
     const caller = await app.authenticate(req, reply);
     const at = lastEventCursor(req);
     if (at) return resumeEventStream(app, req, reply, caller, at);
@@ -16,4 +22,49 @@ export async function rootRoutes(app: FastifyInstance): Promise<void> {
     if (request.stream) return startEventStream(app, req, reply, caller, () => protocol.start(caller, request, opts));
     return sendIdempotent(req, reply, caller, () => protocol.answer(caller, request, opts));
   });
+}
+
+const STREAM_NEEDS_KEY =
+  'is not available with pay-per-call: a payment is settled before its result is returned, so the result comes as one response. ' +
+  'Send the request without stream (and without Last-Event-ID), or use an API key: Authorization: Bearer <key>.';
+
+/**
+ * POST / without a key: 402 with the price of the whole request (every step), or run it for the
+ * payment in X-Payment. All or nothing: a step that fails fails the request and nothing is charged.
+ */
+async function sendPaidRoot(req: FastifyRequest, reply: FastifyReply, protocol: ProtocolService, payPerCall: PayPerCall) {
+  if (lastEventCursor(req)) throw new AppError('unauthorized', `Resuming an event stream (Last-Event-ID) ${STREAM_NEEDS_KEY}`);
+  const request = parseProtocolRequest(req.body);
+  if (request.stream) throw new AppError('unauthorized', `stream: true ${STREAM_NEEDS_KEY}`);
+  const tools = request.mode === 'direct' ? [request.tool] : request.tools;
+  const priceCents = tools.reduce((sum, t) => sum + t.priceCents, 0);
+  const names = tools.map((t) => t.name);
+  if (priceCents === 0) throw freeNeedsKey(request.mode === 'direct' ? request.tool.name : `This ${request.mode} request (${names.join(', ')})`);
+  const edgeToken = edgeTokenHeader(req);
+  // Bad input is refused before any money is asked for.
+  protocol.prepare(request, edgeToken);
+  const out = await payPerCall.run(
+    {
+      payment: req.headers['x-payment'],
+      call: {
+        tool: request.mode === 'direct' ? request.tool.name : `${request.mode}:${names.join(',')}`,
+        priceCents,
+        resource: `${baseUrl(req.server, req)}/`,
+        description: describe(request),
+        outputSchema: { input: { type: 'http', method: 'POST', bodyType: 'json' } },
+      },
+      idempotency: paidIdempotency(req),
+    },
+    // Always synchronous, like POST /tools/{name}: the result must be settled and returned on this response.
+    (caller, track) => protocol.answer(caller, request, { requestId: req.id, edgeToken, onJobId: track }),
+  );
+  return sendPaid(req, reply, out);
+}
+
+function describe(request: ProtocolRequest): string {
+  if (request.mode === 'direct') return `${request.tool.name}: ${request.tool.description}`;
+  const names = request.tools.map((t) => t.name);
+  return request.mode === 'chain'
+    ? `Chain of ${names.length} tools run in order (${names.join(' -> ')}), priced as their total`
+    : `${names.length} tools run in parallel (${names.join(', ')}), priced as their total`;
 }

@@ -8,7 +8,7 @@ import type { CompletionDispatcher } from '../queue/dispatcher.js';
 import type { JobRecords } from '../queue/job-records.js';
 import { newJobId, type FlowStep, type JobQueues } from '../queue/queues.js';
 import { PARALLEL_ROOT_JOB, type FlowMode, type FlowRecord, type FlowRecords } from '../queue/flows.js';
-import type { KeyCaller } from './auth.js';
+import type { Caller, KeyCaller } from './auth.js';
 import { authorizeTool, type CallAnswer, type CallService } from './calls.js';
 import type { CreditReservations } from './credits.js';
 import type { CallJobData, CallResult } from './runner.js';
@@ -134,6 +134,8 @@ export interface ProtocolOptions {
   /** From the X-Edge-Token header; wins over `edge_token` in the body. */
   edgeToken?: string;
   respondAsync?: boolean;
+  /** Called with every job id the request queues, the flow's root first, before any is queued (pay-per-call tracks them). */
+  onJobId?: (jobId: string) => void;
 }
 
 /** A whole HTTP answer, so a wrapper (idempotency) can store and replay it. Failures are thrown. */
@@ -178,8 +180,12 @@ export class ProtocolService {
     },
   ) {}
 
-  /** Runs a non-streaming request and waits for it (202 with the root job id past the sync timeout). */
-  async answer(caller: KeyCaller, req: ProtocolRequest, opts: ProtocolOptions): Promise<ProtocolAnswer> {
+  /**
+   * Runs a non-streaming request and waits for it (202 with the root job id past the sync timeout).
+   * A payer (x402) pays for the whole request or nothing, so for them any failed step fails the
+   * request, and the error carries no step's result.
+   */
+  async answer(caller: Caller, req: ProtocolRequest, opts: ProtocolOptions): Promise<ProtocolAnswer> {
     if (req.mode === 'direct') return fromCallAnswer(await this.deps.calls.call(caller, req.tool.name, { [req.tool.qField]: req.q }, this.callOpts(req, opts)));
 
     const { dispatcher, config } = this.deps;
@@ -209,6 +215,10 @@ export class ProtocolService {
       if (!flowDone(flow, flow.steps.map((s) => seen.get(s.jobId)))) return accepted(flow.rootId);
       const outcomes = await Promise.all(flow.steps.map((s) => seen.get(s.jobId) ?? this.readStep(s.jobId)));
       const final = await this.flowFinal(flow, outcomes);
+      if (caller.kind === 'payer') {
+        const refused = allOrNothing(flow, outcomes, final);
+        if (refused) throw refused;
+      }
       if (!final.ok) throw final.error;
       return { status: 200, headers: { 'x-job-id': flow.rootId }, body: final.body };
     } finally {
@@ -271,22 +281,20 @@ export class ProtocolService {
   }
 
   private callOpts(req: ProtocolRequest, opts: ProtocolOptions) {
-    return { requestId: opts.requestId, respondAsync: opts.respondAsync, edgeToken: opts.edgeToken ?? req.edgeToken };
+    return { requestId: opts.requestId, respondAsync: opts.respondAsync, edgeToken: opts.edgeToken ?? req.edgeToken, onJobId: opts.onJobId };
   }
 
   /**
-   * Admission and enqueue of a chain or parallel request as one flow. A chain nests its steps (the
-   * last tool is the root, the first the deepest child; a failing step fails its parents, so later
-   * steps never run). A parallel request hangs every tool under a no-op root that waits for all.
+   * The inputs every step is queued with, validated: all of them for parallel, the first for a
+   * chain (later ones come from the step before and are checked when they run). Needs no caller, so
+   * a paid request is checked before any payment is asked for.
    */
-  private async launch(caller: KeyCaller, req: FlowRequest, opts: ProtocolOptions, beforeAdd?: (flow: FlowRecord) => void): Promise<FlowRecord> {
-    const { calls, queues, flows } = this.deps;
+  prepare(req: ProtocolRequest, edgeToken: string | undefined): Array<Record<string, unknown>> {
+    const { calls } = this.deps;
+    if (req.mode === 'direct') return [calls.prepare(req.tool, { [req.tool.qField]: req.q }, edgeToken ?? req.edgeToken)];
     const { mode, tools, q } = req;
-    const edgeToken = opts.edgeToken ?? req.edgeToken;
-    const n = tools.length;
-    for (const tool of tools) authorizeTool(caller, tool);
-    // Later chain steps' inputs come from the step before, so they are checked when they run.
-    const inputs = tools.map((tool, i) => {
+    edgeToken ??= req.edgeToken;
+    return tools.map((tool, i) => {
       if (mode === 'parallel' || i === 0) return calls.prepare(tool, { [tool.qField]: q }, edgeToken);
       if (tool.needsEdgeToken && !edgeToken) {
         throw new AppError('invalid_input', `${tool.name} (chain step ${i + 1}) needs your Cloudflare API token: send it in the X-Edge-Token header (or as edge_token in the body)`, {
@@ -295,6 +303,20 @@ export class ProtocolService {
       }
       return {};
     });
+  }
+
+  /**
+   * Admission and enqueue of a chain or parallel request as one flow. A chain nests its steps (the
+   * last tool is the root, the first the deepest child; a failing step fails its parents, so later
+   * steps never run). A parallel request hangs every tool under a no-op root that waits for all.
+   */
+  private async launch(caller: Caller, req: FlowRequest, opts: ProtocolOptions, beforeAdd?: (flow: FlowRecord) => void): Promise<FlowRecord> {
+    const { calls, queues, flows } = this.deps;
+    const { mode, tools } = req;
+    const edgeToken = opts.edgeToken ?? req.edgeToken;
+    const n = tools.length;
+    for (const tool of tools) authorizeTool(caller, tool);
+    const inputs = this.prepare(req, edgeToken);
 
     const rootId = mode === 'chain' ? newJobId(tools[n - 1]!.family) : newJobId('core');
     const ids = tools.map((t, i) => (mode === 'chain' && i === n - 1 ? rootId : newJobId(t.family)));
@@ -307,14 +329,17 @@ export class ProtocolService {
     await calls.reserve(caller, steps);
 
     const keys = mode === 'parallel' ? resultKeys(tools.map((t) => t.name)) : tools.map((t) => t.name);
+    const key = caller.kind === 'key' ? caller : null;
+    // A payer's flow has no owner key, so no GET /jobs can read it: payers only get the synchronous answer.
     const flow: FlowRecord = {
       mode,
       rootId,
-      keyId: caller.keyId,
-      accountId: caller.accountId,
-      sandbox: caller.sandbox,
+      keyId: key?.keyId ?? null,
+      accountId: key?.accountId ?? null,
+      sandbox: key?.sandbox ?? false,
       steps: steps.map((s, i) => ({ tool: tools[i]!.name, jobId: s.jobId, key: keys[i]! })),
     };
+    if (opts.onJobId) for (const id of [rootId, ...ids.filter((id) => id !== rootId)]) opts.onJobId(id);
     try {
       await flows.put(flow);
       beforeAdd?.(flow);
@@ -337,20 +362,21 @@ export class ProtocolService {
     return node!;
   }
 
-  private parallelTree(rootId: string, steps: FlowStep[], caller: KeyCaller, requestId: string) {
+  private parallelTree(rootId: string, steps: FlowStep[], caller: Caller, requestId: string) {
     const { queues } = this.deps;
     const children = steps.map((s) => queues.flowNode(s, undefined, { ignoreDependencyOnFailure: true }));
+    const key = caller.kind === 'key' ? caller : null;
     const data: CallJobData = {
       tool: PARALLEL_ROOT_JOB,
       input: {},
-      accountId: caller.accountId,
-      keyId: caller.keyId,
-      subKeyId: caller.subKey?.keyId ?? null,
-      agentName: caller.agentName,
-      payer: null,
+      accountId: key?.accountId ?? null,
+      keyId: key?.keyId ?? null,
+      subKeyId: key?.subKey?.keyId ?? null,
+      agentName: key?.agentName ?? null,
+      payer: caller.kind === 'payer' ? caller.payer : null,
       priceCents: 0,
       listPriceCents: 0,
-      sandbox: caller.sandbox,
+      sandbox: key?.sandbox ?? false,
       requestId,
     };
     return queues.flowNode({ jobId: rootId, family: 'core', data }, children);
@@ -398,7 +424,7 @@ export class ProtocolService {
     if (k < 0) return { ok: true, body: { steps, result: last!.result, cost_cents: cost, remaining_credits: remaining, ...sandbox } };
 
     // The failing step's worker gave back its own hold and those after it; this covers a worker that died.
-    await this.deps.credits.release(flow.accountId, flow.steps.slice(k).map((s) => s.jobId));
+    if (flow.accountId) await this.deps.credits.release(flow.accountId, flow.steps.slice(k).map((s) => s.jobId));
     const failed = flow.steps[k]!;
     const o = outcomes[k]!;
     const err = o.state === 'failed' ? o.error : lostOutcome(failed.tool);
@@ -422,8 +448,8 @@ export class ProtocolService {
     return { ok: false, error };
   }
 
-  private async balance(flow: FlowRecord): Promise<number> {
-    return this.deps.accounts.credits(flow.accountId);
+  private async balance(flow: FlowRecord): Promise<number | null> {
+    return flow.accountId ? this.deps.accounts.credits(flow.accountId) : null;
   }
 }
 
@@ -436,6 +462,43 @@ function flowDone(flow: FlowRecord, outcomes: Array<StepOutcome | undefined>): b
   const finished = (o: StepOutcome | undefined) => !!o && o.state !== 'pending';
   if (flow.mode === 'parallel') return outcomes.every(finished);
   return outcomes.some((o) => o?.state === 'failed' || o?.state === 'missing') || outcomes[outcomes.length - 1]?.state === 'completed';
+}
+
+/**
+ * For a payer: the error that fails a flow with any failed step, or null when every step succeeded.
+ * An x402 `exact` payment settles whole or not at all, so a partial answer would be either
+ * overcharged or free: the error names the failing step but carries no completed step's result.
+ */
+function allOrNothing(flow: FlowRecord, outcomes: StepOutcome[], final: Final): AppError | null {
+  const n = flow.steps.length;
+  const unpaid = 'the payment was not settled and nothing was charged';
+  const headers = { 'x-job-id': flow.rootId };
+  if (flow.mode === 'chain') {
+    if (final.ok) return null;
+    const failed = final.error.details.failed_step as { index: number; tool: string; error: { message: string } };
+    return new AppError(
+      final.error.code,
+      `Chain step ${failed.index + 1} of ${n} (${failed.tool}) failed: ${failed.error.message}; ${unpaid}`,
+      { job_id: flow.rootId, failed_step: failed },
+      { headers },
+    );
+  }
+  const failed = flow.steps.flatMap((s, index) => {
+    const o = outcomes[index]!;
+    return o.state === 'completed' ? [] : [{ index, tool: s.tool, key: s.key, job_id: s.jobId, err: o.state === 'failed' ? o.error : lostOutcome(s.tool) }];
+  });
+  const first = failed[0];
+  if (!first) return null;
+  const what =
+    failed.length === 1
+      ? `Parallel step ${first.index + 1} of ${n} (${first.tool}) failed: ${first.err.message}`
+      : `${failed.length} of ${n} parallel steps failed, the first (${first.tool}): ${first.err.message}`;
+  return new AppError(
+    first.err.code,
+    `${what}; ${unpaid}`,
+    { job_id: flow.rootId, failed_steps: failed.map((f) => ({ index: f.index, tool: f.tool, key: f.key, job_id: f.job_id, error: stepError(f.err) })) },
+    { headers },
+  );
 }
 
 function lostOutcome(tool: string): AppError {

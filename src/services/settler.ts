@@ -80,11 +80,16 @@ export class Settler {
   private async write(batch: Pending[]): Promise<void> {
     try {
       const balances = await this.commit(batch.map((p) => p.charge));
+      for (const p of batch) p.resolve(balances.get(p.charge.accountId) ?? null);
+      // The charges are durable now and `avail` already excludes them, so dropping the holds is
+      // bookkeeping that need not delay the answers. A hold left behind by a failure here is only
+      // read if the same job later failed for good, which a settled job does not.
       const held = batch.filter((p) => p.charge.holdId);
       if (held.length) {
-        await this.credits.settled(held.map((p) => ({ accountId: p.charge.accountId, holdId: p.charge.holdId! })));
+        this.credits
+          .settled(held.map((p) => ({ accountId: p.charge.accountId, holdId: p.charge.holdId! })))
+          .catch((err) => this.log.warn({ err, holds: held.length }, 'dropping settled holds failed'));
       }
-      for (const p of batch) p.resolve(balances.get(p.charge.accountId) ?? null);
     } catch (e) {
       this.log.error({ err: e, batch: batch.length }, 'settlement batch failed; jobs will be retried');
       for (const p of batch) p.reject(e);
