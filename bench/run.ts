@@ -25,7 +25,8 @@ process.on('exit', () => {
   for (const c of children) c.kill('SIGKILL');
 });
 const COUNT: Record<number, number> = { 1: 400, 10: 2000, 50: 4000 };
-const WARMUP = 300;
+// Calls before measuring: processes started with tsx compile and JIT-warm for the first seconds.
+const WARMUP = 1500;
 
 interface Stats { rps: number; p50: number; p99: number; n: number }
 

@@ -14,6 +14,9 @@ import { PARALLEL_ROOT_JOB } from './flows.js';
  * One BullMQ worker per tool family, each sized by its CONCURRENCY_<FAMILY> setting. The processor only
  * adapts a BullMQ job to the ToolRunner, so HTTP and the queue run the same service code.
  */
+/** Reason given to a finished job's signal; one shared object, so no DOMException per job. */
+const JOB_FINISHED = new Error('job finished');
+
 export class WorkerPool {
   private readonly workers: Worker[] = [];
 
@@ -89,7 +92,7 @@ export class WorkerPool {
       }
       throw new Error(encodeFailure(e.error));
     } finally {
-      abort.abort();
+      abort.abort(JOB_FINISHED);
     }
   }
 
