@@ -14,7 +14,7 @@ import { Queue, QueueEvents } from 'bullmq';
 import { loadConfig } from '../src/config.js';
 import { openPool } from '../src/db/pool.js';
 import { AccountsRepo } from '../src/db/accounts-repo.js';
-import { connectRedis } from '../src/queue/redis.js';
+import { connectRedis, deleteByPrefix } from '../src/queue/redis.js';
 import { CreditReservations } from '../src/services/credits.js';
 import { AdminService } from '../src/services/admin.js';
 import { checkServices, runMigrations, makeLogger } from '../src/bootstrap.js';
@@ -173,12 +173,7 @@ async function main() {
   await queue.obliterate({ force: true }).catch(() => {});
   await queue.close();
   // Leave nothing behind in Redis: the run's keys all share its prefix.
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length) await redis.unlink(...keys);
-  } while (cursor !== '0');
+  await deleteByPrefix(redis, prefix);
   redis.disconnect();
   await pool.end();
 }

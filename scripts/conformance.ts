@@ -20,7 +20,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Redis } from '../src/queue/redis.js';
+import { deleteByPrefix } from '../src/queue/redis.js';
 
 export const SCENARIOS = ['server-initialize', 'tools-list', 'ping', 'dns-rebinding-protection'] as const;
 
@@ -160,20 +160,12 @@ async function startLocalService(): Promise<{ url: string; apiKey: string; stop(
     stop: async () => {
       await container.accounts.revokeKey(account.key_id);
       await app.close();
-      await dropPrefix(container.redis, prefix);
+      await deleteByPrefix(container.redis, prefix);
       await container.close();
     },
   };
 }
 
-async function dropPrefix(redis: Redis, prefix: string) {
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length) await redis.unlink(...keys);
-  } while (cursor !== '0');
-}
 
 async function main(): Promise<number> {
   const args = process.argv.slice(2);

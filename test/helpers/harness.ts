@@ -10,7 +10,7 @@ import { AdminService } from '../../src/services/admin.js';
 import type { Plan } from '../../src/tools/types.js';
 import type { KeyType } from '../../src/services/keys.js';
 import { sql } from '../../src/db/pool.js';
-import { connectRedis, type Redis } from '../../src/queue/redis.js';
+import { connectRedis, deleteByPrefix } from '../../src/queue/redis.js';
 import { z } from 'zod';
 
 export interface TestAccount {
@@ -99,21 +99,13 @@ export async function startHarness(env: Record<string, string> = {}, opts: { wor
       await app.close();
       await container.close();
       const redis = connectRedis(config.REDIS_URL);
-      await dropPrefix(redis, config.REDIS_PREFIX);
+      await deleteByPrefix(redis, config.REDIS_PREFIX);
       await redis.quit();
     },
   };
   return h;
 }
 
-async function dropPrefix(redis: Redis, prefix: string) {
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length) await redis.unlink(...keys);
-  } while (cursor !== '0');
-}
 
 export function json<T = Record<string, any>>(res: LightMyRequestResponse): T {
   return JSON.parse(res.body) as T;
