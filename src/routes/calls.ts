@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { AppError } from '../errors.js';
 import type { CallAnswer } from '../services/calls.js';
 import type { KeyCaller } from '../services/auth.js';
 import { Idempotency, type StoredResponse } from '../services/idempotency.js';
@@ -39,8 +40,11 @@ export async function sendIdempotent(req: FastifyRequest, reply: FastifyReply, c
     if (out.replayed) reply.header('idempotent-replayed', 'true');
     res = out;
     if (out.replayed && out.status >= 400) {
-      const body = out.body as { error: Record<string, unknown> };
-      res = { ...out, body: { error: { ...body.error, request_id: req.id } } };
+      // A stored failure goes back through the one error handler: fresh request id, and the
+      // envelope this path uses (OpenAI's on the chat endpoint).
+      const { code, message, ...details } = (out.body as { error: { code: string; message: string } & Record<string, unknown> }).error;
+      const err = AppError.fromJSON({ code, message, details });
+      throw new AppError(err.code, err.message, err.details, { headers: { ...out.headers, ...err.headers } });
     }
   } else {
     res = await exec();

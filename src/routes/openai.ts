@@ -1,11 +1,12 @@
 import { PassThrough } from 'node:stream';
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { AppError, isAppError } from '../errors.js';
 import type { JobEvent } from '../queue/dispatcher.js';
 import type { KeyCaller } from '../services/auth.js';
 import { authorizeTool } from '../services/calls.js';
 import { JobWatch } from '../services/job-watch.js';
+import { sendIdempotent } from './calls.js';
 import type { CallResult } from '../services/runner.js';
 import { parseOrThrow } from '../services/validation.js';
 import { dollars } from '../tools/index.js';
@@ -202,9 +203,28 @@ const nowSeconds = () => Math.floor(Date.now() / 1000);
 // ---------------------------------------------------------------------------------------------
 // Routes
 
-export async function openAiRoutes(app: FastifyInstance): Promise<void> {
-  const { calls, dispatcher } = app.container.api!;
+/**
+ * Queues the chat's tool call and starts watching its job. The answer waits as long as the client
+ * does (a long generation is not cut off by the REST sync timeout); admission errors come back as
+ * plain HTTP errors. A client that hangs up stops the wait; the job still finishes and is charged if
+ * it succeeds, as with a REST call whose client goes away.
+ */
+async function startChat(req: FastifyRequest, reply: FastifyReply, caller: KeyCaller, tool: AnyTool, input: unknown, body: ChatCompletionRequest) {
+  const { calls, dispatcher } = req.server.container.api!;
+  const watch = new JobWatch(dispatcher, !!body.stream);
+  let jobId: string;
+  try {
+    ({ jobId } = await calls.call(caller, tool.name, input, { requestId: req.id, respondAsync: true, onJobId: watch.attach }));
+  } catch (e) {
+    watch.stop();
+    throw asChatError(e, tool, body);
+  }
+  reply.raw.on('close', () => watch.stop());
+  reply.header('x-job-id', jobId);
+  return { watch, jobId };
+}
 
+export async function openAiRoutes(app: FastifyInstance): Promise<void> {
   app.get('/v1/models', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
     const data = [...llmChatModels].filter(([, tool]) => mayCall(caller, tool)).map(([id, tool]) => modelObject(id, tool));
@@ -224,41 +244,39 @@ export async function openAiRoutes(app: FastifyInstance): Promise<void> {
     const tool = modelTool(body.model);
     const input = chatToToolInput(tool, body.messages, body.max_completion_tokens ?? body.max_tokens);
 
-    // The answer waits for the job as long as the client does (a long generation is not cut off by
-    // the REST sync timeout); admission errors still come back as plain HTTP errors.
-    const watch = new JobWatch(dispatcher, !!body.stream);
-    let jobId: string;
-    try {
-      ({ jobId } = await calls.call(caller, tool.name, input, { requestId: req.id, respondAsync: true, onJobId: watch.attach }));
-    } catch (e) {
-      watch.stop();
-      throw asChatError(e, tool, body);
+    if (body.stream) {
+      if (req.headers['idempotency-key'] !== undefined) {
+        throw asChatError(new AppError('invalid_input', 'Idempotency-Key is supported on non-streaming chat completions only; send it without stream: true'), tool, body);
+      }
+      const { watch, jobId } = await startChat(req, reply, caller, tool, input, body);
+      return streamCompletion(reply, watch, jobId, body, req.id);
     }
-    // A client that hangs up stops the wait; the job still finishes and is charged if it succeeds,
-    // as with a REST call whose client goes away.
-    reply.raw.on('close', () => watch.stop());
-    reply.header('x-job-id', jobId);
-
-    if (body.stream) return streamCompletion(reply, watch, jobId, body, req.id);
-
-    const done = await watch.finished;
-    if (done.state === 'failed') throw failedWithJob(done.error, jobId);
-    if (done.state === 'stopped') {
-      reply.hijack(); // the connection is gone: there is no one to answer
-      reply.raw.destroy();
-      return;
-    }
-    const r = toolText(done.value.result);
-    return {
-      id: `chatcmpl-${jobId}`,
-      object: 'chat.completion',
-      created: nowSeconds(),
-      model: body.model,
-      system_fingerprint: null,
-      choices: [{ index: 0, message: { role: 'assistant', content: r.text, refusal: null }, logprobs: null, finish_reason: finishReason(r.finish_reason) }],
-      ...(r.usage ? { usage: r.usage } : {}),
-      tollgate: billing(jobId, done.value),
-    };
+    // Non-streaming answers are stored under an Idempotency-Key like tool calls: a retry with the same
+    // key and body gets the first completion again and runs (and charges) nothing.
+    return sendIdempotent(req, reply, caller, async () => {
+      const { watch, jobId } = await startChat(req, reply, caller, tool, input, body);
+      const done = await watch.finished;
+      if (done.state === 'failed') throw failedWithJob(done.error, jobId);
+      if (done.state === 'stopped') {
+        // The client is gone and no one can be answered; the job still completes and is charged.
+        throw new AppError('internal_error', 'The client disconnected before the completion finished', { job_id: jobId });
+      }
+      const r = toolText(done.value.result);
+      return {
+        status: 200,
+        headers: { 'x-job-id': jobId },
+        body: {
+          id: `chatcmpl-${jobId}`,
+          object: 'chat.completion',
+          created: nowSeconds(),
+          model: body.model,
+          system_fingerprint: null,
+          choices: [{ index: 0, message: { role: 'assistant', content: r.text, refusal: null }, logprobs: null, finish_reason: finishReason(r.finish_reason) }],
+          ...(r.usage ? { usage: r.usage } : {}),
+          tollgate: billing(jobId, done.value),
+        },
+      };
+    });
   });
 }
 

@@ -26,6 +26,7 @@ export const ENDPOINTS: Record<string, string> = {
   'DELETE /subkeys/{key_id}': 'Revoke a sub-key at once',
   'POST /mcp': 'Model Context Protocol (Streamable HTTP, stateless): tools/list shows what your key may call, tools/call runs and charges like POST /tools/{name}',
   'GET /v1/models': 'OpenAI-compatible model list: svc-genius, svc-hints, svc-roast (those your plan may call)',
+  'GET /v1/models/{model}': 'One model (403 plan_required above your plan)',
   'POST /v1/chat/completions': 'OpenAI-compatible chat completions (stream: true for SSE); each svc-* model runs the tool of the same name at its price',
 };
 

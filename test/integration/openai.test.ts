@@ -269,3 +269,33 @@ describe('errors in OpenAI shape', () => {
     expect(json(res).error.type).toBeUndefined();
   });
 });
+
+describe('Idempotency-Key on chat completions', () => {
+  it('a retry with the same key gets the first completion and is charged once; streaming refuses the key', async () => {
+    const acct = await h.account('starter', 50);
+    const before = llm.requests.length;
+    const send = () =>
+      h.request({
+        method: 'POST',
+        url: '/v1/chat/completions',
+        headers: { authorization: `Bearer ${acct.apiKey}`, 'content-type': 'application/json', 'idempotency-key': 'chat-1' },
+        payload: JSON.stringify({ model: 'svc-hints', messages: ask('idempotent?') }),
+      });
+    const first = await send();
+    expect(first.statusCode).toBe(200);
+    const again = await send();
+    expect(again.statusCode).toBe(200);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(json(again).id).toBe(json(first).id);
+    expect(llm.requests.length - before).toBe(1);
+    expect(await h.ledgerCharges(acct.accountId)).toBe(1);
+    const streamed = await h.request({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      headers: { authorization: `Bearer ${acct.apiKey}`, 'content-type': 'application/json', 'idempotency-key': 'chat-2' },
+      payload: JSON.stringify({ model: 'svc-hints', stream: true, messages: ask('x') }),
+    });
+    expect(streamed.statusCode).toBe(400);
+    expect(json(streamed).error).toMatchObject({ code: 'invalid_input', type: 'invalid_request_error' });
+  });
+});
