@@ -1,3 +1,4 @@
+import pg from 'pg';
 import type { Logger } from 'pino';
 import { FAMILIES, type Config, type Family } from './config.js';
 import { openPool, type DatabasePool } from './db/pool.js';
@@ -52,7 +53,9 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   const sealer = new EdgeTokenSealer(config);
   const queues = new JobQueues(redis, config);
   const records = new JobRecords(redis, config.REDIS_PREFIX);
-  const settler = new Settler(pool, credits, log, config.SETTLE_BATCH_MS, config.SETTLE_BATCH_MAX);
+  const settlePool = new pg.Pool({ connectionString: config.DATABASE_URL, max: 2 });
+  settlePool.on('error', (err) => log.warn({ err: err.message }, 'settlement connection error'));
+  const settler = new Settler(settlePool, credits, log, config.SETTLE_BATCH_MS, config.SETTLE_BATCH_MAX);
   const runner = new ToolRunner({ config, log, accounts, credits, settler, sealer });
   const closers: Array<() => Promise<unknown>> = [];
 
@@ -62,7 +65,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
       for (const close of closers.reverse()) await close().catch((err) => log.warn({ err }, 'error while closing'));
     },
   };
-  closers.push(() => pool.end(), async () => redis.quit());
+  closers.push(() => pool.end(), () => settlePool.end(), async () => redis.quit());
   closers.push(() => queues.close());
 
   if (opts.workerFamilies.length) {

@@ -1,6 +1,6 @@
 import { z } from 'zod';
+import type pg from 'pg';
 import type { Logger } from 'pino';
-import { sql, type DatabasePool } from '../db/pool.js';
 import type { CreditReservations } from './credits.js';
 
 /** One successful call's charge, keyed by its job id so a repeated settlement is a no-op. */
@@ -22,7 +22,7 @@ interface Pending {
   reject: (e: unknown) => void;
 }
 
-const SettledRow = z.object({ id: z.string(), credits: z.number().int() });
+const SettledRows = z.array(z.object({ id: z.string(), credits: z.coerce.number().int() }));
 
 /**
  * Settles completed calls in Postgres in batches: every few milliseconds one statement inserts the
@@ -37,7 +37,12 @@ export class Settler {
   private flushing: Promise<void> | null = null;
 
   constructor(
-    private readonly pool: DatabasePool,
+    /**
+     * A plain pg pool, not slonik: this one statement is the hot path of every paid call, and slonik's
+     * per-query machinery (interceptors, query contexts) more than doubled its cost when measured
+     * (1.27 ms against 0.55 ms). The statement is fixed and its result is still validated with zod.
+     */
+    private readonly pool: pg.Pool,
     private readonly credits: CreditReservations,
     private readonly log: Logger,
     private readonly batchMs: number,
@@ -112,11 +117,15 @@ export class Settler {
     // possible; Postgres aborts one statement, which is safe to run again as a whole.
     for (let attempt = 1; ; attempt++) {
       try {
-        const result = await this.pool.any(sql.type(SettledRow)`
-          SELECT account_id AS id, credits FROM settle_charges(${sql.jsonb(rows)})`);
+        const { rows: raw } = await this.pool.query({
+          name: 'settle_charges',
+          text: 'SELECT account_id AS id, credits FROM settle_charges($1::jsonb)',
+          values: [JSON.stringify(rows)],
+        });
+        const result = SettledRows.parse(raw);
         return new Map(result.map((r) => [r.id, r.credits]));
       } catch (e) {
-        const code = (e as { cause?: { code?: string } }).cause?.code ?? (e as { code?: string }).code;
+        const code = (e as { code?: string }).code;
         if (code === '40P01' && attempt < 5) continue;
         throw e;
       }
