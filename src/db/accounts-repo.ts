@@ -150,6 +150,15 @@ export class AccountsRepo {
       WHERE account_id = ${accountId} AND kind = 'charge' AND created_at >= ${monthStart}`);
   }
 
+  /** Balance, plan and this month's use: the account's, or a sub-key's own use when given one. */
+  async balanceView(accountId: string, subKeyId: string | null): Promise<{ credits: number; plan: Account['plan']; used_this_month: number }> {
+    const [account, used] = await Promise.all([
+      this.getAccount(accountId),
+      subKeyId ? this.keyUsedThisMonth(subKeyId) : this.accountUsedThisMonth(accountId),
+    ]);
+    return { credits: account.credits, plan: account.plan, used_this_month: used };
+  }
+
   async listSubKeys(accountId: string): Promise<SubKey[]> {
     const rows = await this.pool.any(sql.type(SubKeySchema)`
       SELECT k.id AS key_id, k.name, k.display_prefix, k.monthly_limit_cents AS monthly_limit,

@@ -82,15 +82,9 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
 
   app.get('/balance', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
-    const { accounts } = app.container;
-    const [account, used] = await Promise.all([
-      accounts.getAccount(caller.accountId),
-      caller.subKey ? accounts.keyUsedThisMonth(caller.subKey.keyId) : accounts.accountUsedThisMonth(caller.accountId),
-    ]);
+    const view = await app.container.accounts.balanceView(caller.accountId, caller.subKey?.keyId ?? null);
     return {
-      credits: account.credits,
-      plan: account.plan,
-      used_this_month: used,
+      ...view,
       ...(caller.subKey ? { monthly_limit: caller.subKey.monthlyLimitCents, key_type: 'sub' } : { key_type: caller.keyType }),
       ...(caller.sandbox ? { sandbox: true } : {}),
     };

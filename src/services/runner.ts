@@ -154,11 +154,7 @@ export class ToolRunner {
 
   private async balance(accountId: string | null, subKeyId: string | null) {
     if (!accountId) throw new AppError('invalid_input', 'check_balance needs an API key');
-    const [account, used] = await Promise.all([
-      this.deps.accounts.getAccount(accountId),
-      subKeyId ? this.deps.accounts.keyUsedThisMonth(subKeyId) : this.deps.accounts.accountUsedThisMonth(accountId),
-    ]);
-    return { credits: account.credits, plan: account.plan, used_this_month: used };
+    return this.deps.accounts.balanceView(accountId, subKeyId);
   }
 
   private normalise(e: unknown, edgeToken: string | undefined): AppError {
