@@ -55,7 +55,7 @@ function header(req: FastifyRequest, name: string): string | undefined {
 
 /** Streamable HTTP (stateless) MCP endpoint: a fresh server and transport per POST. */
 export async function mcpRoutes(app: FastifyInstance): Promise<void> {
-  const { calls, dispatcher } = app.container.api!;
+  const { calls, dispatcher, idempotency } = app.container.api!;
   const originAllowed = originChecker(app.container.config);
 
   // Parse errors must wait until after authentication and must come back as JSON-RPC errors, so the
@@ -104,9 +104,16 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
         error: { code: -32600, message: 'Invalid Request: send at most one tools/call per HTTP request' },
       });
     }
+    const idempotencyKey = req.headers['idempotency-key'];
     const server = createMcpServer(
-      { calls, dispatcher },
-      { caller: req.caller!, requestId: req.id, edgeToken: edgeTokenHeader(req), log: req.log },
+      { calls, dispatcher, idempotency },
+      {
+        caller: req.caller!,
+        requestId: req.id,
+        edgeToken: edgeTokenHeader(req),
+        log: req.log,
+        ...(typeof idempotencyKey === 'string' ? { idempotencyKey } : {}),
+      },
     );
     const transport = new StreamableHTTPServerTransport({
       sessionIdGenerator: undefined,

@@ -8,7 +8,8 @@ import {
   type ProgressToken,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
-import { AppError, isAppError } from '../errors.js';
+import { AppError, ERROR_STATUS, isAppError } from '../errors.js';
+import { Idempotency } from './idempotency.js';
 import type { CompletionDispatcher } from '../queue/dispatcher.js';
 import { TOOLS, dollars, findTool } from '../tools/index.js';
 import type { AnyTool } from '../tools/types.js';
@@ -88,11 +89,14 @@ export interface McpRequestContext {
   edgeToken?: string;
   /** The request's logger (pino's error/debug signature). */
   log: { error(obj: object, msg: string): void; debug(obj: object, msg: string): void };
+  /** The HTTP request's Idempotency-Key, applied to its tools/call. */
+  idempotencyKey?: string;
 }
 
 export interface McpDeps {
   calls: CallService;
   dispatcher: CompletionDispatcher;
+  idempotency: Idempotency;
 }
 
 /**
@@ -117,7 +121,36 @@ export function createMcpServer(deps: McpDeps, ctx: McpRequestContext): Server {
     }
     // The edge token leaves the arguments here, before anything can queue, store or log them.
     const { input, edgeToken } = takeEdgeToken(request.params.arguments ?? {});
-    const progressToken = request.params._meta?.progressToken;
+    const run = () => runTool(name, input, edgeToken, request.params._meta?.progressToken, extra);
+    if (!ctx.idempotencyKey) return run();
+    // Idempotency-Key as on REST calls: a retried tools/call with the same key and arguments gets the
+    // first result and runs (and charges) nothing. Failures that charged nothing are stored with
+    // their status, so 429/5xx ones free the key for a real retry.
+    try {
+      const out = await deps.idempotency.run(
+        ctx.caller.keyId,
+        ctx.idempotencyKey,
+        Idempotency.fingerprint('MCP', `tools/call ${name}`, input),
+        async () => {
+          const result = await run();
+          const code = (result.structuredContent as { error?: { code?: string } } | undefined)?.error?.code;
+          return { status: result.isError ? ((ERROR_STATUS as Record<string, number>)[code ?? ''] ?? 500) : 200, headers: {}, body: result };
+        },
+      );
+      return out.body as CallToolResult;
+    } catch (e) {
+      if (isAppError(e)) return failure(e);
+      throw e;
+    }
+  });
+
+  async function runTool(
+    name: string,
+    input: unknown,
+    edgeToken: string | undefined,
+    progressToken: ProgressToken | undefined,
+    extra: { signal: AbortSignal; sendNotification: SendNotification },
+  ): Promise<CallToolResult> {
     const watch = new JobWatch(deps.dispatcher, progressToken !== undefined);
     // The client went away (the transport closed): stop waiting. The job still finishes and is
     // charged if it succeeds, as a REST call whose client hangs up would be.
@@ -145,7 +178,7 @@ export function createMcpServer(deps: McpDeps, ctx: McpRequestContext): Server {
     } finally {
       extra.signal.removeEventListener('abort', onAbort);
     }
-  });
+  }
 
   server.onerror = (err) => ctx.log.debug({ err: err.message }, 'MCP transport error');
   return server;

@@ -305,3 +305,22 @@ async function redisDump(harness: Harness): Promise<string> {
   } while (cursor !== '0');
   return out.join('\n');
 }
+
+describe('Idempotency-Key on MCP tools/call', () => {
+  it('a retried tools/call with the same key gets the first result and is charged once', async () => {
+    const acct = await h.account('pro', 100);
+    const client = new Client({ name: 'tollgate-test', version: '1.0.0' });
+    await client.connect(
+      new StreamableHTTPClientTransport(url, { requestInit: { headers: { authorization: `Bearer ${acct.apiKey}`, 'idempotency-key': 'mcp-retry-1' } } }),
+    );
+    const first = await client.callTool({ name: 'compute', arguments: { expression: '6*7' } });
+    const again = await client.callTool({ name: 'compute', arguments: { expression: '6*7' } });
+    expect(first.isError).toBeFalsy();
+    expect(again).toEqual(first);
+    expect(await h.ledgerCharges(acct.accountId)).toBe(1);
+    const other = await client.callTool({ name: 'compute', arguments: { expression: '1+1' } });
+    expect(other.isError).toBe(true);
+    expect((other.content as Array<{ text: string }>)[0]!.text).toMatch(/^idempotency_key_reused:/);
+    await client.close();
+  });
+});
