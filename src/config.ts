@@ -26,7 +26,6 @@ const optionalUrl = z.preprocess((v) => (v === '' ? undefined : v), z.string().u
 
 export const ConfigSchema = z
   .object({
-    NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
     PORT: int(8080, 0, 65535),
     HOST: z.string().default('0.0.0.0'),
     PUBLIC_BASE_URL: optionalUrl,

@@ -44,7 +44,6 @@ export function testEnv(extra: Record<string, string> = {}): Record<string, stri
     DATABASE_URL: inject('databaseUrl'),
     REDIS_PREFIX: `t${randomBytes(5).toString('hex')}`,
     LOG_LEVEL: 'info',
-    NODE_ENV: 'test',
     ...extra,
   };
 }
