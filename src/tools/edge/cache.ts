@@ -1,7 +1,6 @@
 import { z } from 'zod';
-import { defineTool } from '../types.js';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { applyWrites, resolveZone, switchEnabled, switchSetting, zoneOut, zoneRef } from './common.js';
+import { applyWrites, resolveZone, switchEnabled, switchSetting, zoneOut, zoneRef, defineEdgeTool } from './common.js';
 import { requireOne, ruleOperationFields, ruleOperationProblems, runRuleOperation } from './rulesets.js';
 
 /** Cloudflare accepts this many files, tags, hosts or prefixes per purge request on every plan. */
@@ -12,13 +11,10 @@ const httpUrl = z
   .url()
   .refine((u) => /^https?:\/\//i.test(u), 'expected an http(s) URL');
 
-export const cfPurgeCache = defineTool({
+export const cfPurgeCache = defineEdgeTool({
   name: 'cf_purge_cache',
   description: "Purges specific URLs, cache tags, host names or URL prefixes from a zone's cache (sent in batches of 30).",
-  tier: 'pro',
   priceCents: 2,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z
     .object({
@@ -62,13 +58,10 @@ export const cfPurgeCache = defineTool({
   },
 });
 
-export const cfPurgeAll = defineTool({
+export const cfPurgeAll = defineEdgeTool({
   name: 'cf_purge_all',
   description: "Purges everything from a zone's cache; the origin sees a burst of requests while the cache refills.",
-  tier: 'pro',
   priceCents: 2,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z.object({ zone: zoneRef }),
   qField: 'zone',
@@ -83,13 +76,10 @@ export const cfPurgeAll = defineTool({
   },
 });
 
-export const cfDevMode = defineTool({
+export const cfDevMode = defineEdgeTool({
   name: 'cf_dev_mode',
   description: 'Shows or switches development mode (bypasses the cache for 3 hours, then turns itself off).',
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z.object({
     zone: zoneRef,
@@ -110,13 +100,10 @@ export const cfDevMode = defineTool({
 
 const PHASE = 'http_request_cache_settings' as const;
 
-export const cfCacheRules = defineTool({
+export const cfCacheRules = defineEdgeTool({
   name: 'cf_cache_rules',
   description: "Lists, sets or deletes one cache rule (what to cache or bypass and for how long) without touching the zone's other rules.",
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z
     .object({

@@ -3,7 +3,7 @@ import { domainToASCII } from 'node:url';
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
-import type { ToolContext } from '../types.js';
+import { defineTool, type ToolContext, type ToolDefinition } from '../types.js';
 import { CfClient, cfPath, dryRun, type DryRun, type PlannedWrite } from './cf-client.js';
 
 export const ZONE_ID_RE = /^[0-9a-f]{32}$/;
@@ -215,4 +215,14 @@ export async function switchSetting<V>(
   const applied = await applyWrites(cf, ctx, [settingWrite(zoneId, setting, value(enabled))]);
   if ('dry' in applied) return applied;
   return { current, after: applied.results[0] as ZoneSetting<V> };
+}
+
+/**
+ * Every cf_* tool is in the edge family, unlocked by the pro plan, and needs the caller's edge token:
+ * facts of the suite, set once here. Each tool's own file keeps its name, price, input and handler.
+ */
+export function defineEdgeTool<S extends z.ZodTypeAny, R>(
+  def: Omit<ToolDefinition<S, R>, 'tier' | 'family' | 'needsEdgeToken'>,
+): ToolDefinition<S, R> {
+  return defineTool({ ...def, tier: 'pro', family: 'edge', needsEdgeToken: true });
 }

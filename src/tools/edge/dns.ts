@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
-import { defineTool, type ToolContext } from '../types.js';
+import { type ToolContext } from '../types.js';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { applyWrites, fqdn, resolveZone, zoneOut, zoneRef, type Zone } from './common.js';
+import { applyWrites, fqdn, resolveZone, zoneOut, zoneRef, type Zone, defineEdgeTool } from './common.js';
 import {
   RecordInput,
   recordAsInput,
@@ -36,13 +36,10 @@ async function selectRecords(cf: CfClient, zone: Zone, by: { record_id?: string;
   return items;
 }
 
-export const cfListDns = defineTool({
+export const cfListDns = defineEdgeTool({
   name: 'cf_list_dns',
   description: "Lists a zone's DNS records, optionally filtered by type, name or content (follows every page).",
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   input: z.object({
     zone: zoneRef,
     type: recordType.optional(),
@@ -65,13 +62,10 @@ export const cfListDns = defineTool({
   },
 });
 
-export const cfGetDns = defineTool({
+export const cfGetDns = defineEdgeTool({
   name: 'cf_get_dns',
   description: 'Gets one DNS record by id, or the records at a name (optionally of one type).',
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   input: z.object(recordSelector).refine(selectsRecords, selectorIssue),
   qField: 'name',
   output: '{zone: {id, name}, records: [{id, type, name, content, ttl, proxied, priority?, comment?}]}',
@@ -88,13 +82,10 @@ export const cfGetDns = defineTool({
   },
 });
 
-export const cfCreateDns = defineTool({
+export const cfCreateDns = defineEdgeTool({
   name: 'cf_create_dns',
   description: 'Creates one DNS record (A, AAAA, CNAME, MX, TXT, NS, CAA or SRV) in a zone.',
-  tier: 'pro',
   priceCents: 2,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z
     .object({ zone: zoneRef, type: recordType, ...recordFields })
@@ -146,13 +137,10 @@ function sameBody(a: Record<string, unknown>, b: Record<string, unknown>): boole
   return JSON.stringify(Object.entries(a).sort()) === JSON.stringify(Object.entries(b).sort());
 }
 
-export const cfUpdateDns = defineTool({
+export const cfUpdateDns = defineEdgeTool({
   name: 'cf_update_dns',
   description: "Changes one DNS record's content, name, TTL, proxying, priority or comment, keeping its type.",
-  tier: 'pro',
   priceCents: 2,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: UpdateFields.extend({ zone: zoneRef, record_id: recordId }).refine(
     (v) => Object.entries(v).some(([k, x]) => !['zone', 'record_id'].includes(k) && x !== undefined),
@@ -182,13 +170,10 @@ export const cfUpdateDns = defineTool({
   },
 });
 
-export const cfDeleteDns = defineTool({
+export const cfDeleteDns = defineEdgeTool({
   name: 'cf_delete_dns',
   description: 'Deletes a DNS record by id, or the record(s) at a name and type.',
-  tier: 'pro',
   priceCents: 2,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z
     .object({
@@ -230,13 +215,10 @@ export const cfDeleteDns = defineTool({
 
 const MAX_BATCH = 200;
 
-export const cfBulkDns = defineTool({
+export const cfBulkDns = defineEdgeTool({
   name: 'cf_bulk_dns',
   description: 'Creates, updates and deletes many DNS records in one batch request (applied in one transaction).',
-  tier: 'pro',
   priceCents: 5,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z
     .object({

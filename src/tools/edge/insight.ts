@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
-import { defineTool, type ToolContext } from '../types.js';
+import { type ToolContext } from '../types.js';
 import { CfClient } from './cf-client.js';
-import { resolveZone, zoneOut, zoneRef, type Zone } from './common.js';
+import { resolveZone, zoneOut, zoneRef, type Zone, defineEdgeTool } from './common.js';
 
 /**
  * Analytics, bandwidth and threats come from the GraphQL Analytics API (POST /graphql): the REST
@@ -103,13 +103,10 @@ export function humanBytes(n: number): string {
 
 const ratio = (part: number, whole: number) => (whole ? Math.round((part / whole) * 10000) / 10000 : 0);
 
-export const cfAnalytics = defineTool({
+export const cfAnalytics = defineEdgeTool({
   name: 'cf_analytics',
   description: 'Traffic analytics for a zone per day: requests, cache ratio, page views, visitors, threats, status codes and top countries.',
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   input: z.object(PeriodInput),
   qField: 'zone',
   output: '{zone, period: {since, until}, totals: {requests, cached_requests, cache_ratio, page_views, threats, bytes}, status_codes: {code: requests}, top_countries: [{country, requests}], days: [{date, requests, cached_requests, page_views, uniques, threats, bytes}]}',
@@ -152,13 +149,10 @@ export const cfAnalytics = defineTool({
   },
 });
 
-export const cfBandwidth = defineTool({
+export const cfBandwidth = defineEdgeTool({
   name: 'cf_bandwidth',
   description: 'Bandwidth served by a zone per day: total, cached and encrypted bytes, top countries and content types.',
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   input: z.object(PeriodInput),
   qField: 'zone',
   output: '{zone, period, totals: {bytes, cached_bytes, uncached_bytes, encrypted_bytes, cache_ratio, human}, top_countries: [{country, bytes}], content_types: [{type, bytes}], days: [{date, bytes, cached_bytes}]}',
@@ -191,13 +185,10 @@ interface EventGroup {
   dimensions: Record<string, string | number>;
 }
 
-export const cfThreats = defineTool({
+export const cfThreats = defineEdgeTool({
   name: 'cf_threats',
   description: 'Security events for a zone over the last hours: what was blocked or challenged, by which rule source, from which IPs, countries and paths.',
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   input: z.object({
     zone: zoneRef,
     hours: z.number().int().min(1).max(72).default(24).describe('How many hours back to look (plans keep 1 to 3 days of events)'),

@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { defineTool, type ToolContext } from '../types.js';
+import { type ToolContext } from '../types.js';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { applyWrites, resolveZone, zoneOut, zoneRef, type Zone } from './common.js';
+import { applyWrites, resolveZone, zoneOut, zoneRef, type Zone, defineEdgeTool } from './common.js';
 
 /**
  * Page rules are Cloudflare's legacy per-URL overrides; they still work at /zones/{id}/pagerules and
@@ -86,13 +86,10 @@ async function writePageRule(cf: CfClient, ctx: ToolContext, zone: Zone, write: 
   return { zone: zoneOut(zone), page_rule: summary(applied.results[0] as PageRule) };
 }
 
-export const cfListPageRules = defineTool({
+export const cfListPageRules = defineEdgeTool({
   name: 'cf_list_page_rules',
   description: "Lists a zone's page rules (legacy per-URL overrides) in priority order.",
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   input: z.object({ zone: zoneRef, status: z.enum(['active', 'disabled']).optional().describe('Only rules in this status') }),
   qField: 'zone',
   output: '{zone, page_rules: [{id, url, actions, priority, status}], count}',
@@ -105,13 +102,10 @@ export const cfListPageRules = defineTool({
   },
 });
 
-export const cfCreatePageRule = defineTool({
+export const cfCreatePageRule = defineEdgeTool({
   name: 'cf_create_page_rule',
   description: 'Creates a page rule: a redirect, or setting overrides (cache level, TTLs, SSL, security level...) for a URL pattern.',
-  tier: 'pro',
   priceCents: 3,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z.object({
     zone: zoneRef,
@@ -139,13 +133,10 @@ export const cfCreatePageRule = defineTool({
   },
 });
 
-export const cfUpdatePageRule = defineTool({
+export const cfUpdatePageRule = defineEdgeTool({
   name: 'cf_update_page_rule',
   description: "Changes a page rule's URL pattern, actions, status or priority (only the fields given).",
-  tier: 'pro',
   priceCents: 2,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z
     .object({
@@ -179,13 +170,10 @@ export const cfUpdatePageRule = defineTool({
   },
 });
 
-export const cfDeletePageRule = defineTool({
+export const cfDeletePageRule = defineEdgeTool({
   name: 'cf_delete_page_rule',
   description: 'Deletes a page rule.',
-  tier: 'pro',
   priceCents: 2,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z.object({ zone: zoneRef, page_rule_id: pageRuleId }),
   qField: 'page_rule_id',

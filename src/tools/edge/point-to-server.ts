@@ -1,19 +1,15 @@
 import { z } from 'zod';
-import { defineTool } from '../types.js';
 import { CfClient } from './cf-client.js';
-import { applyWrites, ipv4, ipv6, resolveZone, ttl, zoneOut, zoneRef } from './common.js';
+import { applyWrites, ipv4, ipv6, resolveZone, ttl, zoneOut, zoneRef, defineEdgeTool } from './common.js';
 import { batchWrite, planIsEmpty, planRecords, planSummary, recordsAt, recordSummary, type BatchResult, type Desired } from './dns-records.js';
 
 const ADDRESS_TYPES = new Set(['A', 'AAAA', 'CNAME']);
 
-export const cfPointToServer = defineTool({
+export const cfPointToServer = defineEdgeTool({
   name: 'cf_point_to_server',
   description:
     'Points a domain (apex and www) at a server: sets its A/AAAA records and replaces conflicting A, AAAA or CNAME records in one batch; running it again changes nothing.',
-  tier: 'pro',
   priceCents: 3,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z
     .object({

@@ -1,20 +1,16 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
-import { defineTool } from '../types.js';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { accountId, applyWrites, resolveAccountId, resolveZone, switchEnabled, switchSetting, zoneOut, zoneRef } from './common.js';
+import { accountId, applyWrites, resolveAccountId, resolveZone, switchEnabled, switchSetting, zoneOut, zoneRef, defineEdgeTool } from './common.js';
 import { requireOne, ruleOperationFields, ruleOperationProblems, runRuleOperation } from './rulesets.js';
 
 const SECURITY_LEVELS = ['essentially_off', 'low', 'medium', 'high'] as const;
 
-export const cfUnderAttack = defineTool({
+export const cfUnderAttack = defineEdgeTool({
   name: 'cf_under_attack',
   description: "Shows or switches I'm Under Attack mode (every visitor gets a browser check) through the zone's security level.",
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z.object({
     zone: zoneRef,
@@ -73,13 +69,10 @@ function accessTarget(raw: string): { target: 'ip' | 'ip6' | 'ip_range'; value: 
   return { target: 'ip_range', value: `${network.toString()}/${bits}` };
 }
 
-export const cfBlockIp = defineTool({
+export const cfBlockIp = defineEdgeTool({
   name: 'cf_block_ip',
   description: 'Blocks (or challenges) an IP address or range with an IP access rule, for one zone or the whole account.',
-  tier: 'pro',
   priceCents: 2,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z
     .object({
@@ -139,13 +132,10 @@ export const cfBlockIp = defineTool({
 const FW_PHASE = 'http_request_firewall_custom' as const;
 const FW_ACTIONS = ['block', 'managed_challenge', 'js_challenge', 'challenge', 'log', 'skip'] as const;
 
-export const cfFirewallRules = defineTool({
+export const cfFirewallRules = defineEdgeTool({
   name: 'cf_firewall_rules',
   description: "Lists, sets or deletes one custom firewall rule (WAF custom rules) without touching the zone's other rules.",
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z
     .object({

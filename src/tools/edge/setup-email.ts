@@ -1,8 +1,8 @@
 import { z } from 'zod';
-import { defineTool, type ToolContext } from '../types.js';
+import { type ToolContext } from '../types.js';
 import { createResolver, errorCode, ABSENT_CODES } from '../web/resolver.js';
 import { CfClient } from './cf-client.js';
-import { applyWrites, hostName, resolveZone, ttl, zoneRef, type Zone } from './common.js';
+import { applyWrites, hostName, resolveZone, ttl, zoneRef, type Zone, defineEdgeTool } from './common.js';
 import {
   batchWrite,
   normContent,
@@ -222,14 +222,11 @@ async function mailHostWarnings(ctx: ToolContext, hosts: string[]): Promise<stri
   return results.filter((w): w is string => w !== null);
 }
 
-export const cfSetupEmail = defineTool({
+export const cfSetupEmail = defineEdgeTool({
   name: 'cf_setup_email',
   description:
     'Sets up email DNS for a mail provider (Google Workspace, Microsoft 365, Fastmail, Proton, Zoho or custom): MX, SPF merged into any existing record, DKIM and DMARC, in one batch.',
-  tier: 'pro',
   priceCents: 3,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: EmailInput,
   qField: 'zone',

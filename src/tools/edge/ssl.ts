@@ -1,7 +1,6 @@
 import { z } from 'zod';
-import { defineTool } from '../types.js';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { applyWrites, resolveZone, settingWrite, zoneOut, zoneRef, type ZoneSetting } from './common.js';
+import { applyWrites, resolveZone, settingWrite, zoneOut, zoneRef, type ZoneSetting, defineEdgeTool } from './common.js';
 
 const SSL_MODES = ['off', 'flexible', 'full', 'strict'] as const;
 const MODE_LABEL: Record<string, string> = { off: 'Off', flexible: 'Flexible', full: 'Full', strict: 'Full (strict)' };
@@ -22,13 +21,10 @@ async function settingsMap(cf: CfClient, zoneId: string): Promise<Map<string, Zo
   return new Map(all.map((s) => [s.id, s]));
 }
 
-export const cfSslStatus = defineTool({
+export const cfSslStatus = defineEdgeTool({
   name: 'cf_ssl_status',
   description: "Shows a zone's SSL/TLS state: encryption mode, Universal SSL, certificate verification, HTTPS redirect and minimum TLS.",
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   input: z.object({ zone: zoneRef }),
   qField: 'zone',
   output: '{zone, mode, mode_label, universal_ssl, always_use_https, min_tls_version, certificates: [{status, validation_method, verification_status, ...}], summary}',
@@ -65,13 +61,10 @@ export const cfSslStatus = defineTool({
   },
 });
 
-export const cfSslMode = defineTool({
+export const cfSslMode = defineEdgeTool({
   name: 'cf_ssl_mode',
   description: "Sets a zone's SSL/TLS encryption mode (off, flexible, full, strict) and optionally HTTPS redirects and minimum TLS.",
-  tier: 'pro',
   priceCents: 2,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z.object({
     zone: zoneRef,

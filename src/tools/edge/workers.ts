@@ -1,7 +1,6 @@
 import { z } from 'zod';
-import { defineTool } from '../types.js';
 import { CfClient, cfPath, withQuery, type PlannedWrite } from './cf-client.js';
-import { accountId, applyWrites, resolveAccountId } from './common.js';
+import { accountId, applyWrites, resolveAccountId, defineEdgeTool } from './common.js';
 
 const scriptName = z
   .string()
@@ -32,13 +31,10 @@ function summary(s: Script) {
   };
 }
 
-export const cfListWorkers = defineTool({
+export const cfListWorkers = defineEdgeTool({
   name: 'cf_list_workers',
   description: 'Lists the Workers scripts of the Cloudflare account.',
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   input: z.object({ account_id: accountId }),
   qField: 'account_id',
   output: '{account_id, workers: [{name, created_on, modified_on, handlers, compatibility_date}], count}',
@@ -53,13 +49,10 @@ export const cfListWorkers = defineTool({
 
 const MAIN_MODULE = 'worker.js';
 
-export const cfDeployWorker = defineTool({
+export const cfDeployWorker = defineEdgeTool({
   name: 'cf_deploy_worker',
   description: 'Uploads and deploys an ES-module Worker (creates it or replaces its code), with plain-text variables.',
-  tier: 'pro',
   priceCents: 5,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z.object({
     account_id: accountId,
@@ -120,13 +113,10 @@ export const cfDeployWorker = defineTool({
   },
 });
 
-export const cfDeleteWorker = defineTool({
+export const cfDeleteWorker = defineEdgeTool({
   name: 'cf_delete_worker',
   description: 'Deletes a Worker script from the account.',
-  tier: 'pro',
   priceCents: 2,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z.object({
     account_id: accountId,

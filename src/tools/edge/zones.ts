@@ -1,15 +1,11 @@
 import { z } from 'zod';
-import { defineTool } from '../types.js';
 import { CfClient, cfPath } from './cf-client.js';
-import { accountId, applyWrites, domainName, resolveAccountId, resolveZone, zoneRef, zoneSummary, type Zone, type ZoneSetting } from './common.js';
+import { accountId, applyWrites, domainName, resolveAccountId, resolveZone, zoneRef, zoneSummary, type Zone, type ZoneSetting, defineEdgeTool } from './common.js';
 
-export const cfListZones = defineTool({
+export const cfListZones = defineEdgeTool({
   name: 'cf_list_zones',
   description: 'Lists the zones (domains) the Cloudflare token can see, with status, plan and name servers.',
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   input: z.object({
     name: z.string().max(253).optional().describe('Only zones whose name contains this text (e.g. shop)'),
     status: z.enum(['active', 'pending', 'initializing', 'moved', 'deleted', 'deactivated']).optional().describe('Only zones in this status'),
@@ -34,13 +30,10 @@ export const cfListZones = defineTool({
 
 const KEY_SETTINGS = ['ssl', 'security_level', 'development_mode', 'always_use_https', 'min_tls_version', 'cache_level', 'browser_cache_ttl'];
 
-export const cfGetZone = defineTool({
+export const cfGetZone = defineEdgeTool({
   name: 'cf_get_zone',
   description: 'Gets one zone: status, plan, name servers and its key settings (SSL mode, security level, dev mode...).',
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   input: z.object({ zone: zoneRef }),
   qField: 'zone',
   output: '{zone: {id, name, status, paused, type, plan, name_servers, original_name_servers, account}, settings: {ssl, security_level, ...}}',
@@ -57,13 +50,10 @@ export const cfGetZone = defineTool({
   },
 });
 
-export const cfCreateZone = defineTool({
+export const cfCreateZone = defineEdgeTool({
   name: 'cf_create_zone',
   description: 'Adds a domain to the Cloudflare account as a new zone and returns the name servers to set at the registrar.',
-  tier: 'pro',
   priceCents: 3,
-  family: 'edge',
-  needsEdgeToken: true,
   sideEffects: true,
   input: z.object({
     name: domainName.describe('The domain to add, e.g. example.com'),
@@ -101,13 +91,10 @@ export function zoneCandidates(host: string): string[] {
   return out;
 }
 
-export const cfFindZone = defineTool({
+export const cfFindZone = defineEdgeTool({
   name: 'cf_find_zone',
   description: 'Finds the zone that holds a host name (api.shop.example.com -> shop.example.com or example.com, the longest match).',
-  tier: 'pro',
   priceCents: 0,
-  family: 'edge',
-  needsEdgeToken: true,
   input: z.object({
     host: z
       .string()
