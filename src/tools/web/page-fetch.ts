@@ -4,7 +4,7 @@ import { request } from 'undici';
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { defineTool, type ToolContext } from '../types.js';
-import { extractHtml, normalisePlainText } from './extract.js';
+import { extractHtml, normalisePlainText, type PageContent } from './extract.js';
 import { PinnedAgent, vetDestination } from './net-guard.js';
 import { createResolver, errorCode } from './resolver.js';
 
@@ -71,18 +71,12 @@ export interface PageFetchRedirect {
   location: string;
 }
 
-export interface PageFetchResult {
+/** The page's readable content (PageContent; `text_truncated`: cut at 100,000 characters) plus the fetch. */
+export interface PageFetchResult extends PageContent {
   url: string;
   final_url: string;
   status: number;
   content_type: string | null;
-  title: string | null;
-  description: string | null;
-  text: string;
-  /** The readable text was longer than 100,000 characters and was cut. */
-  text_truncated: boolean;
-  metadata: Record<string, string>;
-  links_count: number;
   bytes: number;
   /** The body was longer than the byte cap and reading stopped there. */
   truncated: boolean;
