@@ -55,6 +55,48 @@ export const ConfigSchema = z
     DNS_TIMEOUT_MS: int(3_000, 100, 30_000),
     FETCH_MAX_BYTES: int(2_000_000, 1024, 50_000_000),
     FETCH_TIMEOUT_MS: int(10_000, 100, 120_000),
+    // Isolation (README "Limits and isolation").
+    /**
+     * Where tool code that works on caller input runs. `threads`: the sandbox pool of worker threads with
+     * per-call time and heap limits. `off` runs it on the worker's event loop: only for measuring what
+     * isolation costs (npm run bench), never in production.
+     */
+    ISOLATION: z.enum(['threads', 'off']).default('threads'),
+    /** Worker threads in each process's sandbox pool. */
+    SANDBOX_THREADS: int(4, 1, 64),
+    /** Default per-call limits of pool work; a tool may declare its own (`limits` in its file). */
+    TOOL_TIME_MS: int(5_000, 50, 600_000),
+    TOOL_MEMORY_MB: int(256, 16, 8192),
+    /** Largest result (JSON bytes) a pooled call may return. */
+    TOOL_MAX_RESULT_BYTES: int(1_000_000, 1024, 100_000_000),
+    /** compute: largest matrix or range an expression may build. */
+    COMPUTE_MAX_ELEMENTS: int(1_000_000, 1, 100_000_000),
+    /** Share of a family's workers (and of the sandbox threads) one account may occupy at once. */
+    FAIR_SHARE: z.coerce.number().gt(0).max(1).default(0.25),
+    /** Jobs in flight (queued or running) per enterprise account unless set per account. */
+    ENTERPRISE_DEFAULT_MAX_IN_FLIGHT: int(100, 1, 1_000_000),
+    // Connection hygiene (HTTP server).
+    /** Whole request, body included; slower clients are cut. */
+    REQUEST_TIMEOUT_MS: int(30_000, 100, 600_000),
+    HEADERS_TIMEOUT_MS: int(10_000, 100, 600_000),
+    /** A socket with no traffic for this long is closed. */
+    CONNECTION_TIMEOUT_MS: int(60_000, 100, 3_600_000),
+    KEEP_ALIVE_TIMEOUT_MS: int(5_000, 100, 600_000),
+    MAX_REQUESTS_PER_SOCKET: int(1_000, 0, 1_000_000),
+    MAX_CONNECTIONS_PER_IP: int(256, 1, 1_000_000),
+    /** Trust X-Forwarded-For from a proxy in front (client addresses for per-address limits). */
+    TRUST_PROXY: bool.default('false'),
+    /** JSON request bodies nested deeper than this are refused. */
+    MAX_JSON_DEPTH: int(64, 2, 10_000),
+    // Throttles.
+    /** Failed or missing-key requests per client address per minute before 429. */
+    AUTH_FAIL_PER_MINUTE: int(60, 1, 1_000_000),
+    /** Seconds an unknown key is remembered as unknown (no Postgres lookup meanwhile). */
+    KEY_NEGATIVE_CACHE_SECONDS: int(30, 0, 3600),
+    /** Requests per minute per x402 payer address. */
+    X402_RPM: int(60, 1, 1_000_000),
+    /** JSON-RPC messages in one MCP batch. */
+    MCP_MAX_BATCH: int(20, 1, 1000),
     /** Interval of `: ping` comment lines on Server-Sent Events streams, so proxies keep idle streams open. */
     SSE_HEARTBEAT_MS: int(15_000, 50, 600_000),
     /** Maximum request body size, bytes. */

@@ -25,7 +25,11 @@ export const ERROR_STATUS = {
   unsupported_media_type: 415,
   idempotency_key_reused: 422,
   tool_failed: 422,
+  /** A call passed its tool's time, memory or size limit (`limit`, `limit_value`): not charged, not retried. */
+  limit_exceeded: 422,
   rate_limited: 429,
+  /** The account already has its plan's number of jobs in flight. */
+  concurrency_limited: 429,
   internal_error: 500,
   upstream_error: 502,
   tool_unavailable: 503,
