@@ -18,7 +18,7 @@ import { createSettler, exportAwaitingSettlement, listAwaitingSettlement, markFa
 const USAGE = `usage: npm run admin -- <command>
   account create --plan <free|starter|pro|enterprise> --credits <cents> [--name <text>]
   account show   --account <id>
-  account set    --account <id> [--plan <plan>] [--rpm <n>] [--elite true|false]
+  account set    --account <id> [--plan <plan>] [--rpm <n>] [--elite true|false] [--max-in-flight <n>]
   credits add    --account <id> --cents <n>
   key create     --account <id> --type <production|test|agent|vip> [--name <text>]
   key revoke     --key <key_id>
@@ -40,6 +40,7 @@ const { positionals, values } = parseArgs({
     key: { type: 'string' },
     rpm: { type: 'string' },
     elite: { type: 'string' },
+    'max-in-flight': { type: 'string' },
     id: { type: 'string' },
     tx: { type: 'string' },
     reason: { type: 'string' },
@@ -80,8 +81,9 @@ async function main(): Promise<unknown> {
           plan: plan.optional(),
           rpm: z.coerce.number().int().positive().optional(),
           elite: z.enum(['true', 'false']).transform((v) => v === 'true').optional(),
+          'max-in-flight': z.coerce.number().int().positive().optional(),
         });
-        return await admin.setAccount(f.account, { plan: f.plan, rpm: f.rpm, elite: f.elite });
+        return await admin.setAccount(f.account, { plan: f.plan, rpm: f.rpm, elite: f.elite, maxInFlight: f['max-in-flight'] });
       }
       case 'credits add': {
         const f = flags({ account: uuid, cents });

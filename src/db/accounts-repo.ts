@@ -11,6 +11,7 @@ export const AccountSchema = z.object({
   credits: z.number().int(),
   rpm: z.number().int().nullable(),
   elite: z.boolean(),
+  max_in_flight: z.number().int().nullable(),
   created_at: z.string(),
 });
 export type Account = z.infer<typeof AccountSchema>;
@@ -24,6 +25,7 @@ export const KeyRecordSchema = z.object({
   plan: z.enum(PLANS),
   rpm: z.number().int().nullable(),
   elite: z.boolean(),
+  max_in_flight: z.number().int().nullable(),
   monthly_limit_cents: z.number().int().nullable(),
   allowed_tools: z.array(z.string()).nullable(),
   revoked_at: z.string().nullable(),
@@ -50,7 +52,7 @@ export class AccountsRepo {
     return this.pool.transaction(async (tx) => {
       const account = await tx.one(sql.type(AccountSchema)`
         INSERT INTO accounts (plan, credits, name) VALUES (${input.plan}, ${input.credits}, ${input.name ?? null})
-        RETURNING id, name, plan, credits, rpm, elite, created_at`);
+        RETURNING id, name, plan, credits, rpm, elite, max_in_flight, created_at`);
       await tx.query(sql.unsafe`
         INSERT INTO ledger (entry_key, account_id, kind, delta_cents)
         VALUES (${'opening:' + account.id}, ${account.id}, 'opening', ${input.credits})`);
@@ -60,7 +62,7 @@ export class AccountsRepo {
 
   async getAccount(id: string): Promise<Account> {
     const row = await this.pool.maybeOne(sql.type(AccountSchema)`
-      SELECT id, name, plan, credits, rpm, elite, created_at FROM accounts WHERE id = ${id}`);
+      SELECT id, name, plan, credits, rpm, elite, max_in_flight, created_at FROM accounts WHERE id = ${id}`);
     if (!row) throw new AppError('not_found', `No account ${id}`);
     return row;
   }
@@ -87,14 +89,15 @@ export class AccountsRepo {
     });
   }
 
-  async setAccount(id: string, patch: { plan?: Account['plan']; rpm?: number | null; elite?: boolean }): Promise<Account> {
+  async setAccount(id: string, patch: { plan?: Account['plan']; rpm?: number | null; elite?: boolean; maxInFlight?: number | null }): Promise<Account> {
     const row = await this.pool.maybeOne(sql.type(AccountSchema)`
       UPDATE accounts SET
         plan = COALESCE(${patch.plan ?? null}, plan),
         rpm = CASE WHEN ${patch.rpm !== undefined} THEN ${patch.rpm ?? null}::integer ELSE rpm END,
-        elite = COALESCE(${patch.elite ?? null}::boolean, elite)
+        elite = COALESCE(${patch.elite ?? null}::boolean, elite),
+        max_in_flight = CASE WHEN ${patch.maxInFlight !== undefined} THEN ${patch.maxInFlight ?? null}::integer ELSE max_in_flight END
       WHERE id = ${id}
-      RETURNING id, name, plan, credits, rpm, elite, created_at`);
+      RETURNING id, name, plan, credits, rpm, elite, max_in_flight, created_at`);
     if (!row) throw new AppError('not_found', `No account ${id}`);
     return row;
   }
@@ -120,7 +123,7 @@ export class AccountsRepo {
 
   async findKeyByHash(hash: string): Promise<KeyRecord | null> {
     return this.pool.maybeOne(sql.type(KeyRecordSchema)`
-      SELECT k.id AS key_id, k.account_id, k.type, k.name, a.plan, a.rpm, a.elite,
+      SELECT k.id AS key_id, k.account_id, k.type, k.name, a.plan, a.rpm, a.elite, a.max_in_flight,
              k.monthly_limit_cents, k.allowed_tools, k.revoked_at
       FROM api_keys k JOIN accounts a ON a.id = k.account_id
       WHERE k.key_hash = ${hash}`);

@@ -48,12 +48,12 @@ export class AdminService {
       this.deps.accounts.getAccount(accountId),
       this.deps.accounts.accountUsedThisMonth(accountId),
     ]);
-    return { account_id: account.id, name: account.name, plan: account.plan, credits: account.credits, used_this_month: used, rpm: account.rpm, elite: account.elite, created_at: account.created_at };
+    return { account_id: account.id, name: account.name, plan: account.plan, credits: account.credits, used_this_month: used, rpm: account.rpm, elite: account.elite, max_in_flight: account.max_in_flight, created_at: account.created_at };
   }
 
-  async setAccount(accountId: string, patch: { plan?: Plan; rpm?: number; elite?: boolean }) {
+  async setAccount(accountId: string, patch: { plan?: Plan; rpm?: number; elite?: boolean; maxInFlight?: number }) {
     const account = await this.deps.accounts.setAccount(accountId, patch);
     await KeyAuthenticator.broadcast(this.deps.redis, this.deps.prefix);
-    return { account_id: account.id, plan: account.plan, rpm: account.rpm, elite: account.elite, credits: account.credits };
+    return { account_id: account.id, plan: account.plan, rpm: account.rpm, elite: account.elite, max_in_flight: account.max_in_flight, credits: account.credits };
   }
 }

@@ -14,6 +14,8 @@ export interface KeyCaller {
   plan: Plan;
   /** Custom requests per minute (enterprise), else null for the plan's default. */
   rpm: number | null;
+  /** Custom cap on jobs in flight, else null for the plan's default. */
+  maxInFlight: number | null;
   sandbox: boolean;
   agentName: string | null;
   subKey: { keyId: string; monthlyLimitCents: number; allowedTools: string[] } | null;
@@ -35,6 +37,7 @@ export function callerFromRecord(r: KeyRecord): KeyCaller {
     keyType: r.type,
     plan: r.plan,
     rpm: r.rpm,
+    maxInFlight: r.max_in_flight,
     sandbox: r.type === 'test',
     agentName: r.type === 'agent' ? (r.name ?? 'agent') : null,
     subKey:
