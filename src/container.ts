@@ -19,6 +19,7 @@ import { RateLimiter } from './services/rate-limit.js';
 import { Idempotency } from './services/idempotency.js';
 import { PayPerCall } from './services/pay-per-call.js';
 import { createSettler } from './services/x402/settler.js';
+import { InFlightSlots, slotOwner } from './access/in-flight.js';
 
 export interface Container {
   config: Config;
@@ -32,6 +33,7 @@ export interface Container {
   records: JobRecords;
   runner: ToolRunner;
   settler: Settler;
+  slots: InFlightSlots;
   /** Present in processes that serve HTTP. */
   api?: { dispatcher: CompletionDispatcher; auth: KeyAuthenticator; calls: CallService; limiter: RateLimiter; idempotency: Idempotency; payPerCall?: PayPerCall };
   workers?: WorkerPool;
@@ -58,9 +60,10 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   const settler = new Settler(settlePool, credits, log, config.SETTLE_BATCH_MS, config.SETTLE_BATCH_MAX);
   const runner = new ToolRunner({ config, log, accounts, credits, settler, sealer });
   const closers: Array<() => Promise<unknown>> = [];
+  const slots = new InFlightSlots(redis, config, (ids) => queues.liveJobs(ids));
 
   const c: Container = {
-    config, log, pool, redis, accounts, credits, sealer, queues, records, runner, settler,
+    config, log, pool, redis, accounts, credits, sealer, queues, records, runner, settler, slots,
     close: async () => {
       for (const close of closers.reverse()) await close().catch((err) => log.warn({ err }, 'error while closing'));
     },
@@ -71,7 +74,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   if (opts.workerFamilies.length) {
     // The event log keeps progress for SSE replay (GET /jobs/{id}/events, src/queue/job-events.ts).
     const events = new JobEventLog(redis, config.REDIS_PREFIX);
-    const workers = new WorkerPool({ config, log, runner, records, events }, opts.workerFamilies);
+    const workers = new WorkerPool({ config, log, runner, records, events, slots }, opts.workerFamilies);
     await workers.start();
     c.workers = workers;
     // Workers close first (finish their jobs), then the settler drains, then connections.
@@ -80,9 +83,14 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   }
 
   if (opts.api) {
+    // A job that failed outside its worker's hands (stalled too often: its process died twice)
+    // gives back its hold and its slot here.
     const dispatcher = new CompletionDispatcher(config, log, async (jobId) => {
       const job = await queues.getJob(jobId);
-      if (job?.data.accountId && job.data.priceCents > 0) await credits.release(job.data.accountId, [jobId]);
+      if (!job) return;
+      const owner = slotOwner(job.data);
+      if (owner) await slots.release(owner, [jobId]);
+      if (job.data.accountId && job.data.priceCents > 0) await credits.release(job.data.accountId, [jobId]);
     });
     await dispatcher.start();
     const auth = new KeyAuthenticator(accounts, config.KEY_CACHE_SECONDS * 1000, config.REDIS_PREFIX);
@@ -90,7 +98,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     await auth.listen(sub, log);
     closers.push(async () => sub.quit());
     closers.push(() => dispatcher.close());
-    const calls = new CallService({ config, queues, dispatcher, credits, sealer, records });
+    const calls = new CallService({ config, queues, dispatcher, credits, sealer, records, slots });
     const idempotency = new Idempotency(redis, config.REDIS_PREFIX);
     c.api = { dispatcher, auth, calls, limiter: new RateLimiter(redis, config), idempotency };
     if (config.X402_ENABLED) {

@@ -90,6 +90,26 @@ export class JobQueues {
     return ((await Job.fromId(this.queue(family), jobId)) as Job<CallJobData, CallResult> | undefined) ?? null;
   }
 
+  /** Which of these job ids still stand for work to do: the job exists and has not finished. */
+  async liveJobs(jobIds: string[]): Promise<Set<string>> {
+    const pipe = this.connection.pipeline();
+    const asked: string[] = [];
+    for (const id of jobIds) {
+      const family = familyOfJob(id);
+      if (!family) continue;
+      asked.push(id);
+      pipe.hmget(`${this.config.REDIS_PREFIX}:${queueName(family)}:${id}`, 'timestamp', 'finishedOn');
+    }
+    const replies = (await pipe.exec()) ?? [];
+    const live = new Set<string>();
+    replies.forEach(([err, v], i) => {
+      const [created, finished] = (v ?? []) as Array<string | null>;
+      // A failed read counts as live: never free a slot on doubt.
+      if (err || (created !== null && finished === null)) live.add(asked[i]!);
+    });
+    return live;
+  }
+
   async view(jobId: string, reread = true): Promise<JobView | null> {
     const job = await this.getJob(jobId);
     if (!job) return null;

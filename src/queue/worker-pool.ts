@@ -1,4 +1,4 @@
-import { UnrecoverableError, Worker, type Job } from 'bullmq';
+import { DelayedError, UnrecoverableError, Worker, type Job } from 'bullmq';
 import type { Logger } from 'pino';
 import { concurrencyFor, type Config, type Family } from '../config.js';
 import { JobFailure, type CallJobData, type CallResult, type ToolRunner } from '../services/runner.js';
@@ -9,14 +9,57 @@ import type { JobRecords } from './job-records.js';
 import type { ToolProgress } from '../tools/types.js';
 import type { JobEventLog, LoggedEvent } from './job-events.js';
 import { PARALLEL_ROOT_JOB } from './flows.js';
+import { slotOwner, type InFlightSlots } from '../access/in-flight.js';
+
+/** Reason given to a finished job's signal; one shared object, so no DOMException per job. */
+const JOB_FINISHED = new Error('job finished');
+
+/** A job over its owner's fair share waits this long at first, doubling per wait up to the maximum. */
+const FAIR_WAIT_MS = 100;
+const FAIR_WAIT_MAX_MS = 2_000;
+
+/**
+ * Fair share of one family's workers in this process: an owner (account or payer) runs at most
+ * `cap` jobs at once. BullMQ's open-source edition has no per-group concurrency, so a job over its
+ * owner's share is moved back to the delayed set (not an attempt) and a worker slot goes to the next
+ * job in the queue, whoever's it is. Counted per process: each replica gives an owner its share of
+ * its own workers, so the share of the whole pool is the same.
+ */
+class FairShare {
+  private readonly running = new Map<string, number>();
+  /** How often each job was sent back, for its next wait. */
+  private readonly waits = new Map<string, number>();
+
+  constructor(readonly cap: number) {}
+
+  tryStart(owner: string, jobId: string): boolean {
+    const n = this.running.get(owner) ?? 0;
+    if (n >= this.cap) return false;
+    this.running.set(owner, n + 1);
+    this.waits.delete(jobId);
+    return true;
+  }
+
+  end(owner: string): void {
+    const n = (this.running.get(owner) ?? 1) - 1;
+    if (n > 0) this.running.set(owner, n);
+    else this.running.delete(owner);
+  }
+
+  /** How long a job over its owner's share waits before it is offered again (with jitter). */
+  waitFor(jobId: string): number {
+    const k = this.waits.get(jobId) ?? 0;
+    if (this.waits.size > 100_000) this.waits.clear();
+    this.waits.set(jobId, k + 1);
+    const base = Math.min(FAIR_WAIT_MAX_MS, FAIR_WAIT_MS * 2 ** k);
+    return Math.round(base * (0.75 + Math.random() / 2));
+  }
+}
 
 /**
  * One BullMQ worker per tool family, each sized by its CONCURRENCY_<FAMILY> setting. The processor only
  * adapts a BullMQ job to the ToolRunner, so HTTP and the queue run the same service code.
  */
-/** Reason given to a finished job's signal; one shared object, so no DOMException per job. */
-const JOB_FINISHED = new Error('job finished');
-
 export class WorkerPool {
   private readonly workers: Worker[] = [];
 
@@ -29,6 +72,8 @@ export class WorkerPool {
       onProgress?: (jobId: string, p: ToolProgress) => Promise<void>;
       /** Keeps progress and flow-step outcomes for SSE replay (GET /jobs/{id}/events). */
       events?: JobEventLog;
+      /** Jobs in flight per account: a job's slot is given back when it finishes or fails for good. */
+      slots: InFlightSlots;
     },
     private readonly families: readonly Family[],
   ) {}
@@ -36,10 +81,12 @@ export class WorkerPool {
   async start(): Promise<void> {
     const { config, log } = this.deps;
     for (const family of this.families) {
-      const worker = new Worker<CallJobData, CallResult>(queueName(family), (job) => this.process(job), {
+      const concurrency = concurrencyFor(config, family);
+      const fair = new FairShare(Math.max(1, Math.floor(concurrency * config.FAIR_SHARE)));
+      const worker = new Worker<CallJobData, CallResult>(queueName(family), (job, token) => this.fairly(fair, job, token), {
         connection: connectRedis(config.REDIS_URL),
         prefix: config.REDIS_PREFIX,
-        concurrency: concurrencyFor(config, family),
+        concurrency,
         lockDuration: config.WORKER_LOCK_MS,
         stalledInterval: Math.max(500, Math.floor(config.WORKER_LOCK_MS / 2)),
         maxStalledCount: 1,
@@ -49,6 +96,21 @@ export class WorkerPool {
       await worker.waitUntilReady();
     }
     log.info({ families: this.families }, 'workers started');
+  }
+
+  /** Runs the job if its owner is within its fair share of this family's workers, else offers it later. */
+  private async fairly(fair: FairShare, job: Job<CallJobData, CallResult>, token: string | undefined): Promise<CallResult> {
+    const owner = job.name === PARALLEL_ROOT_JOB ? null : slotOwner(job.data);
+    if (!owner) return this.process(job);
+    if (!fair.tryStart(owner, job.id!)) {
+      await job.moveToDelayed(Date.now() + fair.waitFor(job.id!), token);
+      throw new DelayedError();
+    }
+    try {
+      return await this.process(job);
+    } finally {
+      fair.end(owner);
+    }
   }
 
   private async process(job: Job<CallJobData, CallResult>): Promise<CallResult> {
@@ -82,10 +144,13 @@ export class WorkerPool {
       });
       if (ephemeral) await this.deps.records.put(job.id!, { state: 'completed', value, ...record });
       if (job.data.eventLog) await logEvent({ type: 'step', job: job.id!, outcome: 'completed', value });
+      await this.releaseSlots(job.data, [job.id!]);
       return value;
     } catch (e) {
       if (!(e instanceof JobFailure)) throw e;
       if (e.final) {
+        // Later chain steps never run once this one failed: their slots go back with its own.
+        await this.releaseSlots(job.data, [job.id!, ...(job.data.laterSteps ?? [])]);
         if (ephemeral) await this.deps.records.put(job.id!, { state: 'failed', error: e.error.toJSON(), ...record });
         if (job.data.eventLog) await logEvent({ type: 'step', job: job.id!, outcome: 'failed', error: e.error.toJSON() });
         throw new UnrecoverableError(encodeFailure(e.error));
@@ -94,6 +159,12 @@ export class WorkerPool {
     } finally {
       abort.abort(JOB_FINISHED);
     }
+  }
+
+  private async releaseSlots(data: CallJobData, jobIds: string[]): Promise<void> {
+    const owner = slotOwner(data);
+    // Best effort: a slot left behind is reaped once its job has finished (InFlightSlots.reap).
+    if (owner) await this.deps.slots.release(owner, jobIds).catch((err: Error) => this.deps.log.warn({ err: err.message }, 'in-flight release failed'));
   }
 
   async close(): Promise<void> {

@@ -7,6 +7,7 @@ import type { CompletionDispatcher } from '../queue/dispatcher.js';
 import { newJobId, type JobQueues } from '../queue/queues.js';
 import type { JobRecords } from '../queue/job-records.js';
 import type { Caller } from './auth.js';
+import { PLAN_MAX_IN_FLIGHT, slotOwner, type InFlightSlots } from '../access/in-flight.js';
 import type { CreditReservations } from './credits.js';
 import type { EdgeTokenSealer } from './edge-token.js';
 import type { CallJobData, CallResult } from './runner.js';
@@ -65,6 +66,7 @@ export class CallService {
       credits: CreditReservations;
       sealer: EdgeTokenSealer;
       records: JobRecords;
+      slots: InFlightSlots;
     },
   ) {}
 
@@ -98,16 +100,32 @@ export class CallService {
     };
   }
 
-  /** Reserves credit for every job at once (402 when the balance or a sub-key's month can't cover them). */
+  /**
+   * Admission of every job of a request at once: a slot each under the caller's cap on jobs in flight
+   * (429 concurrency_limited), then credit holds (402 when the balance or a sub-key's month can't
+   * cover them). Either all are admitted or nothing is held.
+   */
   async reserve(caller: Caller, jobs: Array<{ jobId: string; data: CallJobData }>): Promise<void> {
+    const owner = slotOwner(jobs[0]!.data)!;
+    const cap = caller.kind === 'key' ? this.deps.slots.capFor(caller.plan, caller.maxInFlight) : PLAN_MAX_IN_FLIGHT.pro;
+    const ids = jobs.map((j) => j.jobId);
+    await this.deps.slots.take(owner, cap, ids);
     if (caller.kind !== 'key') return;
     const holds = jobs.filter((j) => j.data.priceCents > 0).map((j) => ({ holdId: j.jobId, amount: j.data.priceCents }));
     if (!holds.length) return;
     const sub = caller.subKey ? { keyId: caller.subKey.keyId, monthlyLimitCents: caller.subKey.monthlyLimitCents } : null;
-    await this.deps.credits.reserve(caller.accountId, holds, sub);
+    try {
+      await this.deps.credits.reserve(caller.accountId, holds, sub);
+    } catch (e) {
+      await this.deps.slots.release(owner, ids);
+      throw e;
+    }
   }
 
+  /** Gives back what `reserve` took for jobs that were never queued. */
   async release(caller: Caller, jobIds: string[]): Promise<void> {
+    const owner = caller.kind === 'key' ? caller.accountId : slotOwner({ accountId: null, payer: caller.payer })!;
+    await this.deps.slots.release(owner, jobIds);
     if (caller.kind === 'key') await this.deps.credits.release(caller.accountId, jobIds);
   }
 

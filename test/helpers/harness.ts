@@ -26,8 +26,8 @@ export interface Harness {
   admin: AdminService;
   /** Every log line the app wrote, for secret-leak checks. */
   logs: string[];
-  /** A new account with a production key; `rpm` sets an enterprise account's custom rate. */
-  account(plan: Plan, credits: number, opts?: { name?: string; rpm?: number }): Promise<TestAccount>;
+  /** A new account with a production key; `rpm` sets an enterprise account's custom rate, `maxInFlight` its cap on jobs in flight. */
+  account(plan: Plan, credits: number, opts?: { name?: string; rpm?: number; maxInFlight?: number }): Promise<TestAccount>;
   key(accountId: string, type: KeyType, name?: string): Promise<{ keyId: string; apiKey: string }>;
   /** POST /tools/{name} with a key. */
   call(tool: string, body: unknown, apiKey?: string, headers?: Record<string, string>): Promise<LightMyRequestResponse>;
@@ -74,7 +74,7 @@ export async function startHarness(env: Record<string, string> = {}, opts: { wor
     logs,
     account: async (plan, credits, o = {}) => {
       const r = await admin.createAccount(plan, credits, o.name);
-      if (o.rpm) await container.accounts.setAccount(r.account_id, { rpm: o.rpm });
+      if (o.rpm || o.maxInFlight) await container.accounts.setAccount(r.account_id, { rpm: o.rpm, maxInFlight: o.maxInFlight });
       return { accountId: r.account_id, apiKey: r.api_key, keyId: r.key_id };
     },
     key: async (accountId, type, name) => {

@@ -98,6 +98,8 @@ describe('a worker killed with SIGKILL mid-load', () => {
         LLM_BASE_URL: fake.baseURL,
         WORKER_LOCK_MS: '1000',
         CONCURRENCY_LLM: '8',
+        // One account's calls fill the worker: this test is about money, not fairness.
+        FAIR_SHARE: '1',
         LOG_LEVEL: 'warn',
       },
       stdio: ['ignore', 'inherit', 'inherit'],
@@ -109,7 +111,7 @@ describe('a worker killed with SIGKILL mid-load', () => {
   it('loses no debit and doubles none', async () => {
     const calls = 40;
     const price = 50;
-    const acct = await h.account('pro', calls * price);
+    const acct = await h.account('pro', calls * price, { maxInFlight: calls });
     const first = startWorker();
     const pending = Array.from({ length: calls }, (_, i) => h.call('genius', { problem: `problem ${i}` }, acct.apiKey));
     // Kill the worker once some calls have completed and others are mid-stream.

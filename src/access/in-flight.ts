@@ -1,0 +1,104 @@
+import type { Redis } from 'ioredis';
+import type { Config } from '../config.js';
+import { AppError } from '../errors.js';
+import type { Plan } from '../tools/types.js';
+
+/** Jobs in flight (queued or running) each account may have, by plan; enterprise is set per account. */
+export const PLAN_MAX_IN_FLIGHT: Record<Exclude<Plan, 'enterprise'>, number> = { free: 2, starter: 5, pro: 20 };
+
+/** Whose slots a job holds: its account, or for a call paid per call, its payer's address. */
+export function slotOwner(data: { accountId: string | null; payer: string | null }): string | null {
+  return data.accountId ?? (data.payer ? `payer:${data.payer.toLowerCase()}` : null);
+}
+
+// KEYS: slots   ARGV: cap, now, n, ids...
+// Takes n slots at once or none (a chain or parallel request counts each step).
+const TAKE = `
+local count = redis.call('ZCARD', KEYS[1])
+local n = tonumber(ARGV[3])
+if count + n > tonumber(ARGV[1]) then return {0, count} end
+for i = 1, n do redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3 + i]) end
+return {1, count + n}
+`;
+
+type Scripted = Redis & { tgTakeSlots(keys: 1, ...args: Array<string | number>): Promise<[number, number]> };
+
+/** Tells which of the given job ids still stand for work to do (queued, waiting or running). */
+export type LiveJobs = (jobIds: string[]) => Promise<Set<string>>;
+
+/**
+ * The per-account cap on jobs in flight, counted in Redis so it holds across any number of API
+ * replicas. One sorted set per owner: member = job id, score = when the slot was taken.
+ *
+ * Slots are taken at admission (every step of a chain or parallel request) and given back when the
+ * job finishes or fails for good (the worker), when a job fails outside the worker's hands (stalled
+ * too often: the completion dispatcher), or when it could not be queued. A process that dies between
+ * admission and enqueue leaves slots with no job behind: when an owner is refused at its cap, slots
+ * older than a grace period whose job is gone or finished are dropped and admission is tried again.
+ */
+export class InFlightSlots {
+  private readonly redis: Scripted;
+  /** Owners recently reaped, so a caller hammering at its cap costs one job lookup per period. */
+  private readonly reapedAt = new Map<string, number>();
+
+  constructor(
+    redis: Redis,
+    private readonly config: Config,
+    private readonly liveJobs: LiveJobs,
+    private readonly graceMs = 10_000,
+  ) {
+    const r: Redis = redis;
+    if (!('tgTakeSlots' in r)) r.defineCommand('tgTakeSlots', { lua: TAKE });
+    this.redis = redis as Scripted;
+  }
+
+  capFor(plan: Plan, custom: number | null): number {
+    if (custom !== null) return custom;
+    return plan === 'enterprise' ? this.config.ENTERPRISE_DEFAULT_MAX_IN_FLIGHT : PLAN_MAX_IN_FLIGHT[plan];
+  }
+
+  private key(owner: string): string {
+    return `${this.config.REDIS_PREFIX}:inflight:${owner}`;
+  }
+
+  /** Takes one slot per job id, all or none; past the cap, 429 concurrency_limited. */
+  async take(owner: string, cap: number, jobIds: string[]): Promise<void> {
+    if (!jobIds.length) return;
+    const args = [cap, Date.now(), jobIds.length, ...jobIds];
+    let [ok, count] = await this.redis.tgTakeSlots(1, this.key(owner), ...args);
+    if (!ok && (await this.reap(owner))) [ok, count] = await this.redis.tgTakeSlots(1, this.key(owner), ...args);
+    if (ok) return;
+    throw new AppError(
+      'concurrency_limited',
+      `This account already has ${count} of its ${cap} jobs in flight` +
+        (jobIds.length > 1 ? ` and this request needs ${jobIds.length} more` : '') +
+        '; retry when one finishes (GET /jobs/{id} shows them).',
+      { max_in_flight: cap, in_flight: count, retry_after: 1 },
+      { headers: { 'retry-after': '1' } },
+    );
+  }
+
+  /** Gives slots back. Safe to repeat: a slot already given back is skipped. */
+  async release(owner: string, jobIds: string[]): Promise<void> {
+    if (jobIds.length) await this.redis.zrem(this.key(owner), ...jobIds);
+  }
+
+  async count(owner: string): Promise<number> {
+    return this.redis.zcard(this.key(owner));
+  }
+
+  /** Drops slots older than the grace period whose job no longer stands for work. Returns how many. */
+  async reap(owner: string): Promise<number> {
+    const now = Date.now();
+    const last = this.reapedAt.get(owner);
+    if (last !== undefined && now - last < this.graceMs / 2) return 0;
+    if (this.reapedAt.size > 10_000) this.reapedAt.clear();
+    this.reapedAt.set(owner, now);
+    const old = await this.redis.zrangebyscore(this.key(owner), '-inf', now - this.graceMs);
+    if (!old.length) return 0;
+    const live = await this.liveJobs(old);
+    const dead = old.filter((id) => !live.has(id));
+    if (dead.length) await this.redis.zrem(this.key(owner), ...dead);
+    return dead.length;
+  }
+}
