@@ -19,7 +19,13 @@ export function decodeFailure(reason: string | undefined): AppError {
     }
   }
   if (reason && /stalled/i.test(reason)) {
-    return new AppError('internal_error', 'The worker running this call stopped; the call was not charged');
+    // BullMQ redelivers a job whose worker died once (maxStalledCount: 1); a second death fails it for
+    // good. Twice in a row is the call's doing (most often memory), so it is the caller's answer.
+    return new AppError(
+      'limit_exceeded',
+      'The worker process running this call stopped twice while running it (most likely out of memory); it was not charged and will not be retried',
+      { limit: 'memory' },
+    );
   }
   return new AppError('internal_error', 'The call failed unexpectedly');
 }

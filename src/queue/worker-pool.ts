@@ -4,7 +4,7 @@ import { concurrencyFor, type Config, type Family } from '../config.js';
 import { JobFailure, type CallJobData, type CallResult, type ToolRunner } from '../services/runner.js';
 import { encodeFailure } from './failure.js';
 import { queueName } from './queues.js';
-import { connectRedis } from './redis.js';
+import { connectRedis, type Redis } from './redis.js';
 import type { JobRecords } from './job-records.js';
 import type { ToolProgress } from '../tools/types.js';
 import type { JobEventLog, LoggedEvent } from './job-events.js';
@@ -19,23 +19,33 @@ const FAIR_WAIT_MS = 100;
 const FAIR_WAIT_MAX_MS = 2_000;
 
 /**
- * Fair share of one family's workers in this process: an owner (account or payer) runs at most
- * `cap` jobs at once. BullMQ's open-source edition has no per-group concurrency, so a job over its
- * owner's share is moved back to the delayed set (not an attempt) and a worker slot goes to the next
- * job in the queue, whoever's it is. Counted per process: each replica gives an owner its share of
- * its own workers, so the share of the whole pool is the same.
+ * Fair share of one family's workers in this process. BullMQ's open-source edition has no per-group
+ * concurrency, so the processor decides: an owner (account or payer) already running its share
+ * (`share` jobs) gets a further job only while nobody else's job waits in the queue, and never more
+ * than `concurrency - share`, so a share's worth of workers is always free for a newcomer. A job it
+ * may not run now is moved back to the delayed set (not counted as an attempt) and the worker takes
+ * the next job in the queue, whoever's it is. Counted per process: each replica gives an owner its
+ * share of its own workers, so the share of the whole pool is the same.
+ *
+ * Strict caps would leave workers idle while one busy account waits; this keeps the pool working for
+ * a lone account and still gives every other account a worker as soon as its job reaches the front.
  */
 class FairShare {
   private readonly running = new Map<string, number>();
   /** How often each job was sent back, for its next wait. */
   private readonly waits = new Map<string, number>();
 
-  constructor(readonly cap: number) {}
+  constructor(
+    readonly share: number,
+    private readonly concurrency: number,
+    /** Jobs waiting in the family's queue. */
+    private readonly waiting: () => Promise<number>,
+  ) {}
 
-  tryStart(owner: string, jobId: string): boolean {
+  async tryStart(owner: string, jobId: string): Promise<boolean> {
     const n = this.running.get(owner) ?? 0;
-    if (n >= this.cap) return false;
-    this.running.set(owner, n + 1);
+    if (n >= this.share && (n >= this.concurrency - this.share || (await this.waiting()) > 0)) return false;
+    this.running.set(owner, (this.running.get(owner) ?? 0) + 1);
     this.waits.delete(jobId);
     return true;
   }
@@ -62,6 +72,7 @@ class FairShare {
  */
 export class WorkerPool {
   private readonly workers: Worker[] = [];
+  private readonly redis: Redis;
 
   constructor(
     private readonly deps: {
@@ -76,13 +87,16 @@ export class WorkerPool {
       slots: InFlightSlots;
     },
     private readonly families: readonly Family[],
-  ) {}
+  ) {
+    this.redis = connectRedis(deps.config.REDIS_URL);
+  }
 
   async start(): Promise<void> {
     const { config, log } = this.deps;
     for (const family of this.families) {
       const concurrency = concurrencyFor(config, family);
-      const fair = new FairShare(Math.max(1, Math.floor(concurrency * config.FAIR_SHARE)));
+      const waitKey = `${config.REDIS_PREFIX}:${queueName(family)}:wait`;
+      const fair = new FairShare(Math.max(1, Math.floor(concurrency * config.FAIR_SHARE)), concurrency, () => this.redis.llen(waitKey));
       const worker = new Worker<CallJobData, CallResult>(queueName(family), (job, token) => this.fairly(fair, job, token), {
         connection: connectRedis(config.REDIS_URL),
         prefix: config.REDIS_PREFIX,
@@ -102,7 +116,7 @@ export class WorkerPool {
   private async fairly(fair: FairShare, job: Job<CallJobData, CallResult>, token: string | undefined): Promise<CallResult> {
     const owner = job.name === PARALLEL_ROOT_JOB ? null : slotOwner(job.data);
     if (!owner) return this.process(job);
-    if (!fair.tryStart(owner, job.id!)) {
+    if (!(await fair.tryStart(owner, job.id!))) {
       await job.moveToDelayed(Date.now() + fair.waitFor(job.id!), token);
       throw new DelayedError();
     }
@@ -169,5 +183,6 @@ export class WorkerPool {
 
   async close(): Promise<void> {
     await Promise.all(this.workers.map((w) => w.close()));
+    this.redis.disconnect();
   }
 }
