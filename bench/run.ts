@@ -73,9 +73,9 @@ async function main() {
   // Two deployments of the service: the one-command default (API and workers in one process), and
   // the production shape (API process plus a separate worker process for the tool's family).
   const edgeKey = randomBytes(32).toString('hex');
-  const startService = async (split: boolean) => {
+  const startService = async (split: boolean, extraEnv: Record<string, string> = {}) => {
     const port = 18_000 + Math.floor(Math.random() * 1000);
-    const env = { ...process.env, PORT: String(port), HOST: '127.0.0.1', REDIS_PREFIX: prefix, LOG_LEVEL: 'warn', EDGE_TOKEN_KEY: edgeKey };
+    const env = { ...process.env, PORT: String(port), HOST: '127.0.0.1', REDIS_PREFIX: prefix, LOG_LEVEL: 'warn', EDGE_TOKEN_KEY: edgeKey, ...extraEnv };
     const procs = [spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], { env: { ...env, WORKERS: split ? 'off' : 'inline' }, stdio: ['ignore', 'inherit', 'inherit'] })];
     if (split) procs.push(spawn(process.execPath, ['--import', 'tsx', 'workers/index.ts', '--family', 'core'], { env, stdio: ['ignore', 'inherit', 'inherit'] }));
     children.push(...procs);
@@ -145,6 +145,21 @@ async function main() {
   const split = await measureService();
   await stop();
 
+  // What isolation costs: compute in the sandbox's worker threads against the same service running
+  // it on the worker's event loop (ISOLATION=off, never for production), at 50 in flight, A B A B.
+  const isolation: Record<'threads' | 'off', number[]> = { threads: [], off: [] };
+  for (let round = 0; round < 3; round++) {
+    for (const mode of ['threads', 'off'] as const) {
+      ({ client: http, stop } = await startService(false, { ISOLATION: mode }));
+      await drive(10, WARMUP, serviceOp);
+      isolation[mode].push((await drive(50, COUNT[50]!, serviceOp)).rps);
+      await stop();
+    }
+  }
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  const isolatedRps = median(isolation.threads);
+  const unisolatedRps = median(isolation.off);
+
   const rows: string[] = [];
   for (const level of LEVELS) {
     const b = base.get(level)!;
@@ -164,7 +179,10 @@ async function main() {
   if (extra) for (const r of extra) process.stdout.write(r + '\n');
   process.stdout.write(
     `\nratio service/baseline at 50 in flight: ${ratioAt50.toFixed(2)} (goal >= 0.90)\n` +
-      `service p50 at 1 in flight: ${p50At1.toFixed(2)} ms (goal <= 5 ms)\n`,
+      `service p50 at 1 in flight: ${p50At1.toFixed(2)} ms (goal <= 5 ms)\n` +
+      `isolation at 50 in flight: sandbox threads ${isolation.threads.map((x) => x.toFixed(0)).join(', ')} req/s, ` +
+      `event loop (ISOLATION=off) ${isolation.off.map((x) => x.toFixed(0)).join(', ')} req/s; ` +
+      `ratio of medians ${(isolatedRps / unisolatedRps).toFixed(2)} (goal >= 0.90: isolation costs under 10%)\n`,
   );
 
   worker.kill('SIGTERM');
