@@ -146,7 +146,7 @@ async function main() {
   await stop();
 
   // What isolation costs: compute in the sandbox's worker threads against the same service running
-  // it on the worker's event loop (ISOLATION=off, never for production), at 50 in flight, A B A B.
+  // it on the worker's event loop (ISOLATION=off, never for production), at 50 in flight, A B A B A B.
   const isolation: Record<'threads' | 'off', number[]> = { threads: [], off: [] };
   for (let round = 0; round < 3; round++) {
     for (const mode of ['threads', 'off'] as const) {
