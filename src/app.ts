@@ -3,7 +3,9 @@ import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest }
 import type { Logger } from 'pino';
 import type { Container } from './container.js';
 import { installErrorHandling } from './plugins/errors.js';
-import type { KeyCaller } from './services/auth.js';
+import { connectionOptions, installConnectionLimits } from './plugins/connections.js';
+import { installJsonBodyParser } from './plugins/json-body.js';
+import { AuthFailureThrottle, type KeyCaller } from './services/auth.js';
 import { metaRoutes } from './routes/meta.js';
 import { callRoutes } from './routes/calls.js';
 import { rootRoutes } from './routes/root.js';
@@ -34,18 +36,29 @@ export interface AppOptions {
 export async function buildApp(container: Container, opts: AppOptions = {}): Promise<FastifyInstance> {
   const api = container.api;
   if (!api) throw new Error('buildApp needs a container with the API services');
+  const { config } = container;
   // Typed as the default instance: the pino logger passed in is a FastifyBaseLogger at heart.
   const app: FastifyInstance = Fastify({
     ...(opts.logger ? { loggerInstance: opts.logger } : { logger: false }),
-    bodyLimit: container.config.BODY_LIMIT,
+    ...connectionOptions(config),
+    bodyLimit: config.BODY_LIMIT,
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();
     },
   }) as unknown as FastifyInstance;
+  installConnectionLimits(app.server, config, (address) => app.log.debug({ address }, 'connection refused: too many open from this address'));
   app.decorate('container', container);
+  // The front door's throttles are wired here, where the HTTP server is built: whatever the
+  // container was built for, no HTTP replica can run without them.
+  api.auth.configure({
+    negativeTtlMs: config.KEY_NEGATIVE_CACHE_SECONDS * 1000,
+    throttle: new AuthFailureThrottle(container.redis, config.REDIS_PREFIX, config.AUTH_FAIL_PER_MINUTE, config.RATE_LIMIT_WINDOW_MS),
+  });
+  api.payPerCall?.limitPayers(api.limiter, config.X402_RPM);
   app.decorate('authenticate', async (req: FastifyRequest, reply: FastifyReply) => {
-    const caller = await api.auth.authenticate(req.headers.authorization);
+    // req.ip is the socket's peer, or with TRUST_PROXY the address the proxy in front saw.
+    const caller = await api.auth.authenticate(req.headers.authorization, req.ip);
     req.caller = caller;
     const state = await api.limiter.hit(caller.accountId, api.limiter.limitFor(caller.plan, caller.rpm));
     reply.headers(rateLimitHeaders(state));
@@ -55,6 +68,7 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
     reply.header('x-request-id', req.id);
   });
   installErrorHandling(app);
+  installJsonBodyParser(app, config.MAX_JSON_DEPTH);
   await app.register(metaRoutes);
   await app.register(callRoutes);
   await app.register(rootRoutes);

@@ -3,10 +3,18 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import type { Config } from '../config.js';
 import { AppError, isAppError } from '../errors.js';
 import { createMcpServer } from '../services/mcp-server.js';
+import { rateLimitHeaders } from '../services/rate-limit.js';
+import { isJsonTooDeep, jsonBodyParser } from '../plugins/json-body.js';
 import { edgeTokenHeader } from './calls.js';
 
 /** Marks a body that was not JSON, so the answer can be JSON-RPC's parse error after authentication. */
 const NOT_JSON = Symbol('not json');
+/** Marks a body nested past MAX_JSON_DEPTH: refused as an Invalid Request after authentication. */
+const TOO_DEEP = Symbol('too deep');
+
+function invalidRequest(reply: FastifyReply, message: string) {
+  return reply.status(400).send({ jsonrpc: '2.0', id: null, error: { code: -32600, message: `Invalid Request: ${message}` } });
+}
 
 const LOOPBACK = new Set(['localhost', '127.0.0.1', '[::1]']);
 
@@ -55,18 +63,17 @@ function header(req: FastifyRequest, name: string): string | undefined {
 
 /** Streamable HTTP (stateless) MCP endpoint: a fresh server and transport per POST. */
 export async function mcpRoutes(app: FastifyInstance): Promise<void> {
-  const { calls, dispatcher, idempotency } = app.container.api!;
-  const originAllowed = originChecker(app.container.config);
+  const { calls, dispatcher, idempotency, limiter } = app.container.api!;
+  const { config } = app.container;
+  const originAllowed = originChecker(config);
 
   // Parse errors must wait until after authentication and must come back as JSON-RPC errors, so the
-  // body is parsed here (this plugin's scope only) instead of by Fastify's default parser.
+  // body is parsed here (this plugin's scope only) by the app's one JSON parser (depth cap,
+  // prototype-poisoning protection), its failures kept as markers for the handler to answer.
+  const parseJson = jsonBodyParser(app, config.MAX_JSON_DEPTH);
   app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
-    try {
-      done(null, JSON.parse(body as string));
-    } catch {
-      done(null, NOT_JSON);
-    }
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    parseJson(req, body as string, (err, value) => done(null, err ? (isJsonTooDeep(err) ? TOO_DEEP : NOT_JSON) : value));
   });
 
   // onRequest runs before the body is read: a foreign page or a caller without a key gets nothing more.
@@ -96,13 +103,18 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
     if (req.body === NOT_JSON) {
       return reply.status(400).send({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'Parse error: the body is not valid JSON' } });
     }
-    // Rate limits count HTTP requests; a batch of tool calls would slip many calls past one count.
-    if (Array.isArray(req.body) && req.body.filter(isToolCall).length > 1) {
-      return reply.status(400).send({
-        jsonrpc: '2.0',
-        id: null,
-        error: { code: -32600, message: 'Invalid Request: send at most one tools/call per HTTP request' },
-      });
+    if (req.body === TOO_DEEP) return invalidRequest(reply, `JSON body nests deeper than ${config.MAX_JSON_DEPTH} levels`);
+    if (Array.isArray(req.body)) {
+      const caller = req.caller!;
+      const n = req.body.length;
+      const limit = limiter.limitFor(caller.plan, caller.rpm);
+      // Refused whole, before any message is handled: answers to a batch can be far larger than it.
+      if (n > config.MCP_MAX_BATCH) return invalidRequest(reply, `a batch may hold at most ${config.MCP_MAX_BATCH} messages; this one has ${n}`);
+      if (n > limit) return invalidRequest(reply, `a batch of ${n} messages is more than this key's ${limit} requests per minute`);
+      // A tools/call's admission and result belong to its one HTTP request (idempotency, progress).
+      if (req.body.filter(isToolCall).length > 1) return invalidRequest(reply, 'send at most one tools/call per HTTP request');
+      // Every message counts against the rate limit; authentication counted the first.
+      if (n > 1) reply.headers(rateLimitHeaders(await limiter.hit(caller.accountId, limit, n - 1)));
     }
     const idempotencyKey = req.headers['idempotency-key'];
     const server = createMcpServer(

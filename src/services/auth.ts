@@ -48,27 +48,153 @@ export function callerFromRecord(r: KeyRecord): KeyCaller {
 }
 
 /**
+ * Counts requests that fail authentication per client address, in Redis so the count holds across
+ * replicas: a fixed window (one INCR, and an expiry set by the first failure) is enough for a throttle
+ * whose only job is to make key guessing and keyless floods cheap to refuse.
+ */
+// KEYS: counter   ARGV: windowMs
+const FAIL = `
+local n = redis.call('INCR', KEYS[1])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  ttl = tonumber(ARGV[1])
+end
+return {n, ttl}
+`;
+// KEYS: counter   ARGV: limit
+const BLOCKED = `
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n < tonumber(ARGV[1]) then return 0 end
+return redis.call('PTTL', KEYS[1])
+`;
+
+type ThrottleRedis = Redis & {
+  tgAuthFail(keys: 1, key: string, windowMs: number): Promise<[number, number]>;
+  tgAuthBlocked(keys: 1, key: string, limit: number): Promise<number>;
+};
+
+export class AuthFailureThrottle {
+  private readonly redis: ThrottleRedis;
+
+  constructor(
+    redis: Redis,
+    private readonly prefix: string,
+    readonly limit: number,
+    private readonly windowMs: number,
+  ) {
+    const r: Redis = redis;
+    if (!('tgAuthFail' in r)) r.defineCommand('tgAuthFail', { lua: FAIL, numberOfKeys: 1 });
+    if (!('tgAuthBlocked' in r)) r.defineCommand('tgAuthBlocked', { lua: BLOCKED, numberOfKeys: 1 });
+    this.redis = redis as ThrottleRedis;
+  }
+
+  private key(address: string): string {
+    return `${this.prefix}:authfail:${address}`;
+  }
+
+  /**
+   * Counts one failed authentication from `address`; returns the 429 to answer instead of the 401
+   * once the address is past its limit. A Redis failure never turns a 401 into a 5xx: it counts nothing.
+   */
+  async fail(address: string): Promise<AppError | null> {
+    try {
+      const [n, ttl] = await this.redis.tgAuthFail(1, this.key(address), this.windowMs);
+      return n > this.limit ? this.refusal(ttl) : null;
+    } catch {
+      return null;
+    }
+  }
+
+  /** The 429 to answer before any key lookup when `address` is already past its limit, else null. */
+  async blocked(address: string): Promise<AppError | null> {
+    try {
+      const ttl = await this.redis.tgAuthBlocked(1, this.key(address), this.limit);
+      return ttl > 0 ? this.refusal(ttl) : null;
+    } catch {
+      return null;
+    }
+  }
+
+  private refusal(ttlMs: number): AppError {
+    const retryAfter = Math.max(1, Math.ceil(ttlMs / 1000));
+    return new AppError(
+      'rate_limited',
+      `Too many requests without a valid API key from this address (more than ${this.limit} per minute); retry in ${retryAfter} s`,
+      { retry_after: retryAfter, limit: this.limit },
+      { headers: { 'retry-after': String(retryAfter) } },
+    );
+  }
+}
+
+export interface FrontDoorOptions {
+  /** How long a key that does not exist (or was revoked) is known as such without asking Postgres; 0 = never. */
+  negativeTtlMs: number;
+  /** Per-address throttle of failed authentications; applied when `authenticate` is given an address. */
+  throttle?: AuthFailureThrottle;
+}
+
+/** Bounds of the in-memory key state, so a flood of random keys cannot grow the process without end. */
+const MAX_CACHED = 10_000;
+const MAX_UNKNOWN = 50_000;
+const MAX_RECENT = 50_000;
+/** A key that authenticated within this long skips the address throttle check (no Redis round trip). */
+const RECENT_MS = 10 * 60_000;
+
+function keyNotFound(): AppError {
+  return new AppError('key_not_found', 'API key does not exist or was revoked');
+}
+
+/** Inserts into a Map used as a FIFO of bounded size: the oldest entries go first. */
+function putBounded<V>(map: Map<string, V>, key: string, value: V, max: number): void {
+  map.delete(key);
+  while (map.size >= max) map.delete(map.keys().next().value!);
+  map.set(key, value);
+}
+
+/**
  * Resolves `Authorization: Bearer <key>` to a caller. Lookups are cached in memory for
  * KEY_CACHE_SECONDS; revocations and plan changes are also broadcast on a Redis channel so every
  * replica drops its cache at once.
+ *
+ * In front of the lookup: keys that do not exist are remembered as such for KEY_NEGATIVE_CACHE_SECONDS
+ * (no Postgres query for a repeated wrong key), concurrent lookups of one key share one query, and an
+ * address past AUTH_FAIL_PER_MINUTE failed authentications is refused before any lookup. Keys are
+ * random, so an unknown key never turns valid while remembered; a revoked one never comes back.
  */
 export class KeyAuthenticator {
-  private readonly cache = new Map<string, { at: number; record: KeyRecord | null }>();
+  private readonly cache = new Map<string, { at: number; record: KeyRecord }>();
+  /** Hash -> when it stops being known as unknown. */
+  private readonly unknown = new Map<string, number>();
+  /** Hash -> last successful authentication, for the throttle's fast path. */
+  private readonly recent = new Map<string, number>();
+  private readonly inflight = new Map<string, Promise<KeyRecord | null>>();
+  /** Bumped by every key change, so a lookup that started before one is not cached after it. */
+  private generation = 0;
+  private negativeTtlMs = 0;
+  private throttle: AuthFailureThrottle | undefined;
   readonly channel: string;
 
   constructor(
     private readonly accounts: AccountsRepo,
     private readonly ttlMs: number,
     prefix: string,
+    opts: Partial<FrontDoorOptions> = {},
   ) {
     this.channel = `${prefix}:keys:changed`;
+    this.configure(opts);
+  }
+
+  configure(opts: Partial<FrontDoorOptions>): void {
+    if (opts.negativeTtlMs !== undefined) this.negativeTtlMs = opts.negativeTtlMs;
+    if (opts.throttle !== undefined) this.throttle = opts.throttle;
   }
 
   /** Subscribes to key changes; `sub` must be a connection dedicated to subscriptions. */
   async listen(sub: Redis, log: Logger): Promise<void> {
     await sub.subscribe(this.channel);
     sub.on('message', (channel) => {
-      if (channel === this.channel) this.cache.clear();
+      if (channel === this.channel) this.clear();
     });
     sub.on('error', (err) => log.warn({ err: err.message }, 'key change subscription error'));
   }
@@ -78,26 +204,92 @@ export class KeyAuthenticator {
     await redis.publish(`${prefix}:keys:changed`, '1');
   }
 
-  async authenticate(header: string | undefined): Promise<KeyCaller> {
-    if (!header) throw new AppError('unauthorized', 'Send your API key as Authorization: Bearer <key>');
+  /**
+   * `address` is the client's address; with it (and a throttle configured) failures count against
+   * that address, and an address past its limit is refused 429 before its key is looked up. A key
+   * that authenticated recently skips that check, so valid keys never wait on it.
+   */
+  async authenticate(header: string | undefined, address?: string): Promise<KeyCaller> {
+    const throttle = address !== undefined ? this.throttle : undefined;
+    const fail = async (err: AppError): Promise<never> => {
+      const refusal = throttle ? await throttle.fail(address!) : null;
+      throw refusal ?? err;
+    };
+    if (!header) return fail(new AppError('unauthorized', 'Send your API key as Authorization: Bearer <key>'));
     const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
-    if (!m) throw new AppError('invalid_api_key', 'Authorization header must be "Bearer <key>"');
-    const { hash } = parseKey(m[1]!);
-    const now = Date.now();
-    let hit = this.cache.get(hash);
-    if (!hit || now - hit.at > this.ttlMs) {
-      hit = { at: now, record: await this.accounts.findKeyByHash(hash) };
-      if (this.ttlMs > 0) {
-        if (this.cache.size > 10_000) this.cache.clear();
-        this.cache.set(hash, hit);
-      }
+    if (!m) return fail(new AppError('invalid_api_key', 'Authorization header must be "Bearer <key>"'));
+    let hash: string;
+    try {
+      ({ hash } = parseKey(m[1]!));
+    } catch (e) {
+      return fail(e as AppError);
     }
-    const record = hit.record;
-    if (!record || record.revoked_at) throw new AppError('key_not_found', 'API key does not exist or was revoked');
+    const now = Date.now();
+    let record: KeyRecord | null;
+    const hit = this.cache.get(hash);
+    if (hit && now - hit.at <= this.ttlMs) {
+      record = hit.record;
+    } else {
+      const until = this.unknown.get(hash);
+      if (until !== undefined) {
+        if (until > now) return fail(keyNotFound());
+        this.unknown.delete(hash);
+      }
+      const seen = this.recent.get(hash);
+      if (throttle && !(seen !== undefined && now - seen <= RECENT_MS)) {
+        const refusal = await throttle.blocked(address!);
+        if (refusal) throw refusal;
+      }
+      record = await this.lookup(hash);
+    }
+    if (!record) {
+      this.recent.delete(hash);
+      return fail(keyNotFound());
+    }
+    if (record.type === 'vip' && !(record.plan === 'enterprise' && record.elite)) {
+      // Not remembered as unknown: the account may become elite enterprise again.
+      return fail(new AppError('key_not_found', "API key no longer authenticates: this VIP key's account is no longer enterprise and elite"));
+    }
+    if (throttle) putBounded(this.recent, hash, now, MAX_RECENT);
     return callerFromRecord(record);
   }
 
+  /** One Postgres query per key at a time; the answer is cached (a missing or revoked key as unknown). */
+  private lookup(hash: string): Promise<KeyRecord | null> {
+    const pending = this.inflight.get(hash);
+    if (pending) return pending;
+    const generation = this.generation;
+    const p = this.accounts
+      .findKeyByHash(hash)
+      .then((found) => {
+        const record = found && !found.revoked_at ? found : null;
+        if (generation === this.generation) {
+          const now = Date.now();
+          if (record) {
+            if (this.ttlMs > 0) {
+              if (this.cache.size >= MAX_CACHED) this.cache.clear();
+              this.cache.set(hash, { at: now, record });
+            }
+          } else if (this.negativeTtlMs > 0) {
+            putBounded(this.unknown, hash, now + this.negativeTtlMs, MAX_UNKNOWN);
+          }
+        }
+        return record;
+      })
+      .finally(() => {
+        if (this.inflight.get(hash) === p) this.inflight.delete(hash);
+      });
+    this.inflight.set(hash, p);
+    return p;
+  }
+
+  /**
+   * Forgets every cached key record (a key was revoked, an account's plan or status changed). Keys
+   * known as unknown stay so: none of those changes makes a missing or revoked key valid.
+   */
   clear(): void {
+    this.generation++;
     this.cache.clear();
+    this.inflight.clear();
   }
 }

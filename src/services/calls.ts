@@ -9,7 +9,7 @@ import type { JobRecords } from '../queue/job-records.js';
 import type { Caller } from './auth.js';
 import { PLAN_MAX_IN_FLIGHT, slotOwner, type InFlightSlots } from '../access/in-flight.js';
 import type { CreditReservations } from './credits.js';
-import type { EdgeTokenSealer } from './edge-token.js';
+import { assertEdgeToken, type EdgeTokenSealer } from './edge-token.js';
 import type { CallJobData, CallResult } from './runner.js';
 import { parseOrThrow } from './validation.js';
 
@@ -73,6 +73,7 @@ export class CallService {
   /** Validates a tool's input, including the edge token the cf_* tools need. */
   prepare(tool: AnyTool, rawInput: unknown, edgeToken: string | undefined): Record<string, unknown> {
     const input = parseOrThrow(tool.input, rawInput ?? {}, `Input for ${tool.name} is invalid`) as Record<string, unknown>;
+    if (tool.needsEdgeToken) assertEdgeToken(edgeToken);
     if (tool.needsEdgeToken && !edgeToken) {
       throw new AppError('invalid_input', `${tool.name} needs your Cloudflare API token: send it in the X-Edge-Token header (or as edge_token in the body)`, {
         issues: [{ path: ['X-Edge-Token'], message: 'required' }],

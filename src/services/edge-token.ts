@@ -1,5 +1,6 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import { ConfigError, type Config } from '../config.js';
+import { AppError } from '../errors.js';
 
 /**
  * The caller's edge-network token travels to the worker inside BullMQ job data, which lives in Redis.
@@ -42,4 +43,20 @@ export class EdgeTokenSealer {
 export function redactToken(text: string, token: string | undefined): string {
   if (!token || token.length < 4) return text;
   return text.split(token).join('[redacted]');
+}
+
+/**
+ * An edge token goes into an Authorization header towards the edge network, where only visible ASCII
+ * is safe: CR/LF would be a header injection and anything outside Latin-1 cannot be sent at all (a 502
+ * instead of the caller's mistake). Checked where a token enters, before anything is queued; the
+ * message never repeats the token, since it is a secret.
+ */
+export function assertEdgeToken(token: string | undefined): void {
+  if (token === undefined || /^[\x21-\x7e]+$/.test(token)) return;
+  throw new AppError(
+    'invalid_input',
+    'The Cloudflare API token (X-Edge-Token header or edge_token field) may contain only visible ASCII characters ' +
+      '(no spaces, line breaks or accented letters); check that it was copied whole and nothing else',
+    { issues: [{ path: ['X-Edge-Token'], message: 'only visible ASCII characters (0x21-0x7E) are allowed' }] },
+  );
 }

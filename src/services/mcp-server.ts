@@ -140,7 +140,10 @@ export function createMcpServer(deps: McpDeps, ctx: McpRequestContext): Server {
       return out.body as CallToolResult;
     } catch (e) {
       if (isAppError(e)) return failure(e);
-      throw e;
+      if (e instanceof McpError) throw e;
+      // The SDK would send the error's own message to the client; internals stay in the log.
+      ctx.log.error({ err: e, tool: name }, 'MCP tools/call failed');
+      throw new McpError(ErrorCode.InternalError, `Something went wrong on our side; request id ${ctx.requestId} helps us find it`);
     }
   });
 

@@ -3,6 +3,7 @@ import { sql, type DatabasePool } from '../db/pool.js';
 import { AppError, isAppError } from '../errors.js';
 import type { PayerCaller } from './auth.js';
 import type { Idempotency, StoredResponse } from './idempotency.js';
+import type { RateLimiter } from './rate-limit.js';
 import { abandonPayment, admitPayment, completePayment, paymentRequiredError, type AdmittedPayment, type PaidCall, type X402Deps } from './x402/index.js';
 
 /**
@@ -38,12 +39,29 @@ export interface PayPerCallDeps {
  * leaves no entry at all.
  */
 export class PayPerCall {
+  private payerLimit: { limiter: RateLimiter; rpm: number } | undefined;
+
   constructor(readonly deps: PayPerCallDeps) {}
+
+  /** Requests per minute per payer address (X402_RPM), on the same sliding window as keys. */
+  limitPayers(limiter: RateLimiter, rpm: number): void {
+    this.payerLimit = { limiter, rpm };
+  }
 
   async run(input: PaidRun, exec: PaidExec): Promise<StoredResponse & { replayed: boolean }> {
     const { x402 } = this.deps;
     if (input.payment === undefined) throw paymentRequiredError(x402.config, input.call);
     const admitted = await admitPayment(x402, input.payment, input.call);
+    // A payer is known only once its payment is verified; past its limit nothing runs and the
+    // payment is released unsettled, so a refused call costs the payer nothing.
+    if (this.payerLimit) {
+      try {
+        await this.payerLimit.limiter.hit(`payer:${admitted.payer.toLowerCase()}`, this.payerLimit.rpm);
+      } catch (e) {
+        await abandonPayment(x402, admitted, isAppError(e) ? e.code : 'internal_error');
+        throw e;
+      }
+    }
     const jobIds: string[] = [];
     let settled = false;
 

@@ -11,6 +11,7 @@ import { PARALLEL_ROOT_JOB, type FlowMode, type FlowRecord, type FlowRecords } f
 import type { Caller, KeyCaller } from './auth.js';
 import { authorizeTool, type CallAnswer, type CallService } from './calls.js';
 import type { CreditReservations } from './credits.js';
+import { assertEdgeToken } from './edge-token.js';
 import type { CallJobData, CallResult } from './runner.js';
 import { invalidInput } from './validation.js';
 
@@ -294,6 +295,7 @@ export class ProtocolService {
     if (req.mode === 'direct') return [calls.prepare(req.tool, { [req.tool.qField]: req.q }, edgeToken ?? req.edgeToken)];
     const { mode, tools, q } = req;
     edgeToken ??= req.edgeToken;
+    if (tools.some((t) => t.needsEdgeToken)) assertEdgeToken(edgeToken);
     return tools.map((tool, i) => {
       if (mode === 'parallel' || i === 0) return calls.prepare(tool, { [tool.qField]: q }, edgeToken);
       if (tool.needsEdgeToken && !edgeToken) {
