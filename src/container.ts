@@ -13,6 +13,7 @@ import { CreditReservations } from './services/credits.js';
 import { Settler } from './services/settler.js';
 import { EdgeTokenSealer } from './services/edge-token.js';
 import { ToolRunner } from './services/runner.js';
+import { SandboxPool } from './sandbox/pool.js';
 import { KeyAuthenticator } from './services/auth.js';
 import { CallService } from './services/calls.js';
 import { RateLimiter } from './services/rate-limit.js';
@@ -58,7 +59,9 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   const settlePool = new pg.Pool({ connectionString: config.DATABASE_URL, max: 2 });
   settlePool.on('error', (err) => log.warn({ err: err.message }, 'settlement connection error'));
   const settler = new Settler(settlePool, credits, log, config.SETTLE_BATCH_MS, config.SETTLE_BATCH_MAX);
-  const runner = new ToolRunner({ config, log, accounts, credits, settler, sealer });
+  // Threads for CPU work on caller input (src/sandbox/pool.ts); started on first use.
+  const sandbox = new SandboxPool(config, log);
+  const runner = new ToolRunner({ config, log, accounts, credits, settler, sealer, sandbox });
   const closers: Array<() => Promise<unknown>> = [];
   const slots = new InFlightSlots(redis, config, (ids) => queues.liveJobs(ids));
 
@@ -69,6 +72,8 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     },
   };
   closers.push(() => pool.end(), () => settlePool.end(), async () => redis.quit());
+  // Closed after the workers (closers run in reverse), so their last jobs still have threads.
+  closers.push(() => sandbox.close());
   closers.push(() => queues.close());
 
   if (opts.workerFamilies.length) {

@@ -2,7 +2,8 @@ import type { Logger } from 'pino';
 import type { Config } from '../config.js';
 import { AppError, isAppError } from '../errors.js';
 import { findTool } from '../tools/index.js';
-import type { ToolProgress } from '../tools/types.js';
+import type { ToolContext, ToolProgress } from '../tools/types.js';
+import type { SandboxPool } from '../sandbox/pool.js';
 import type { AccountsRepo } from '../db/accounts-repo.js';
 import type { CreditReservations } from './credits.js';
 import type { Settler } from './settler.js';
@@ -87,6 +88,8 @@ export class ToolRunner {
       credits: CreditReservations;
       settler: Settler;
       sealer: EdgeTokenSealer;
+      /** Runs isolated tools and handlers' CPU tasks (src/sandbox/pool.ts). */
+      sandbox: SandboxPool;
     },
   ) {}
 
@@ -102,20 +105,40 @@ export class ToolRunner {
       edgeToken = data.edgeToken ? this.deps.sealer.open(data.edgeToken) : undefined;
       const usage: Record<string, number> = {};
       const accountId = data.accountId;
-      const result = await tool.handler(parsed.data, {
-        config: this.deps.config,
-        log: this.deps.log.child({ job: job.id, tool: tool.name }),
+      const recordUsage = (u: Record<string, number>) => {
+        for (const [k, v] of Object.entries(u)) usage[k] = (usage[k] ?? 0) + v;
+      };
+      const log = this.deps.log.child({ job: job.id, tool: tool.name });
+      const { sandbox } = this.deps;
+      // The pool's fairness counts per payer: the account, or the x402 payer address.
+      const sandboxCall = {
+        owner: accountId ?? (data.payer ? `payer:${data.payer}` : 'anonymous'),
+        label: tool.name,
+        limits: tool.limits,
         signal: job.signal,
-        progress: (p) => job.progress(p),
-        sandbox: data.sandbox,
-        accountId: accountId ?? '',
-        keyId: data.subKeyId,
-        edgeToken,
-        balance: () => this.balance(accountId, data.subKeyId),
-        recordUsage: (u) => {
-          for (const [k, v] of Object.entries(u)) usage[k] = (usage[k] ?? 0) + v;
-        },
-      });
+        progress: (p: ToolProgress) => job.progress(p),
+        log,
+      };
+      let result: unknown;
+      if (tool.isolated && sandbox.isolating) {
+        const out = await sandbox.runTool(tool, parsed.data, { sandbox: data.sandbox, accountId: accountId ?? '', keyId: data.subKeyId }, sandboxCall);
+        recordUsage(out.usage);
+        result = out.value;
+      } else {
+        result = await tool.handler(parsed.data, {
+          config: this.deps.config,
+          log,
+          signal: job.signal,
+          progress: (p) => job.progress(p),
+          sandbox: data.sandbox,
+          accountId: accountId ?? '',
+          keyId: data.subKeyId,
+          edgeToken,
+          balance: () => this.balance(accountId, data.subKeyId),
+          recordUsage,
+          isolate: (task, payload) => sandbox.runTask(task, payload, { ...sandboxCall, label: `${tool.name}/${task}` }),
+        } satisfies ToolContext);
+      }
       // Calls paid per call (x402) are recorded by the API once their payment settles, not here.
       let remaining: number | null = null;
       if (data.priceCents > 0 && accountId) {

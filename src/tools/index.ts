@@ -10,10 +10,21 @@ import { edgeTools } from './edge/index.js';
  * The registry: the single source of truth for every tool. Routes, workers, the catalogue, MCP and
  * the manifest all read it.
  */
-export const TOOLS: readonly AnyTool[] = [...coreTools, ...webTools, ...llmTools, ...edgeTools];
+const registry: AnyTool[] = [...coreTools, ...webTools, ...llmTools, ...edgeTools];
+export const TOOLS: readonly AnyTool[] = registry;
 
 const byName = new Map(TOOLS.map((t) => [t.name, t]));
 if (byName.size !== TOOLS.length) throw new Error('duplicate tool names in the registry');
+
+/**
+ * Adds a tool after start-up: tests register test-only tools this way. Register before the service
+ * serves calls for it; views built once at start-up (MCP's list, the manifest) may not show it.
+ */
+export function registerTool(def: AnyTool): void {
+  if (byName.has(def.name)) throw new Error(`a tool named ${def.name} is already registered`);
+  registry.push(def);
+  byName.set(def.name, def);
+}
 
 export function findTool(name: string): AnyTool | undefined {
   return byName.get(name);

@@ -1,6 +1,8 @@
 import type { z } from 'zod';
 import type { Logger } from 'pino';
 import type { Config, Family } from '../config.js';
+import type { ToolLimits } from '../sandbox/limits.js';
+import type { TaskInput, TaskName, TaskOutput } from '../sandbox/tasks.js';
 
 export const PLANS = ['free', 'starter', 'pro', 'enterprise'] as const;
 export type Plan = (typeof PLANS)[number];
@@ -48,6 +50,12 @@ export interface ToolContext {
   balance(): Promise<BalanceView>;
   /** Records upstream usage (e.g. model tokens) with the call's ledger entry. */
   recordUsage(usage: Record<string, number>): void;
+  /**
+   * Runs one named CPU task (src/sandbox/tasks.ts) in the sandbox pool under this tool's `limits`,
+   * so parsing caller-controlled data never blocks the event loop. Set by the runner; absent only when
+   * a handler is called directly (unit tests), where `runTask` (src/sandbox/tasks.ts) runs it inline.
+   */
+  isolate?<K extends TaskName>(task: K, payload: TaskInput<K>): Promise<TaskOutput<K>>;
 }
 
 export interface ToolDefinition<S extends z.ZodTypeAny = z.ZodTypeAny, R = unknown> {
@@ -68,6 +76,16 @@ export interface ToolDefinition<S extends z.ZodTypeAny = z.ZodTypeAny, R = unkno
   needsEdgeToken?: boolean;
   /** Documented output shape, one line, for GET /tools/{name}. */
   output: string;
+  /**
+   * The handler is CPU work on caller input: it runs in the sandbox pool, never on the worker's event
+   * loop. Set it to `import.meta.url` of the module that exports this definition; a pool thread imports
+   * that module (and nothing else) and finds the tool by name among its exports. The module must load
+   * without side effects (no test runner calls). In a thread the context has no `balance()` and no
+   * `edgeToken`.
+   */
+  isolated?: string;
+  /** Per-call limits of this tool's pool work (defaults: TOOL_TIME_MS, TOOL_MEMORY_MB). */
+  limits?: ToolLimits;
   handler(input: z.output<S>, ctx: ToolContext): Promise<R>;
 }
 

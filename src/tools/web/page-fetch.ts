@@ -4,7 +4,8 @@ import { request } from 'undici';
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { defineTool, type ToolContext } from '../types.js';
-import { extractHtml, normalisePlainText, type PageContent } from './extract.js';
+import { MAX_HTML_DEPTH, MAX_HTML_ELEMENTS, normalisePlainText, type PageContent } from './extract.js';
+import { runTask } from '../../sandbox/tasks.js';
 import { PinnedAgent, vetDestination } from './net-guard.js';
 import { createResolver, errorCode } from './resolver.js';
 
@@ -78,7 +79,10 @@ export interface PageFetchResult extends PageContent {
   status: number;
   content_type: string | null;
   bytes: number;
-  /** The body was longer than the byte cap and reading stopped there. */
+  /**
+   * The body was longer than the byte cap and reading stopped there, or its HTML passed a parse cap
+   * (MAX_HTML_ELEMENTS elements, MAX_HTML_DEPTH levels of nesting) and only the part before it was read.
+   */
   truncated: boolean;
   redirects: PageFetchRedirect[];
 }
@@ -94,7 +98,8 @@ export const pageFetch = defineTool({
   input: PageFetchInput,
   examples: [{ url: 'https://example.com/' }, { url: 'https://www.rfc-editor.org/rfc/rfc9110.html', max_bytes: 500_000 }],
   output:
-    '{url, final_url, status, content_type, title, description, text, text_truncated, metadata: {lang, canonical, author, published, og:*, twitter:*...}, links_count, bytes, truncated, redirects: [{url, status, location}]}',
+    '{url, final_url, status, content_type, title, description, text, text_truncated, metadata: {lang, canonical, author, published, og:*, twitter:*...}, links_count, bytes, truncated, redirects: [{url, status, location}]}; ' +
+    `truncated: the body passed the byte cap, or its HTML passed a parse cap (${MAX_HTML_ELEMENTS.toLocaleString('en')} elements or ${MAX_HTML_DEPTH} levels of nesting) and only the part before it was read`,
   handler: async (input, ctx) => fetchPage(input, ctx),
 });
 
@@ -202,8 +207,9 @@ async function readResponse(res: UndiciResponse, s: ReadState): Promise<PageFetc
   const { body, bytes, truncated } = await readCapped(res, s.cap, s.ctx, Number.isFinite(declaredLength) ? declaredLength : undefined);
   if (kind === 'unknown') kind = sniff(body);
   if (kind === 'html') {
-    const page = extractHtml(body, s.current.href, charset);
-    return { ...base, ...page, bytes, truncated };
+    // Parsing runs in the sandbox pool, within the parse caps: the page's author chose this markup.
+    const { capped, ...page } = await runTask(s.ctx, 'extract_html', { body, baseUrl: s.current.href, headerCharset: charset });
+    return { ...base, ...page, bytes, truncated: truncated || capped };
   }
   if (kind === 'text') {
     const { text, truncated: textTruncated } = normalisePlainText(decode(body, charset));
@@ -312,7 +318,11 @@ const NETWORK_FAILURES: Array<[codes: string[], reason: string, message: (host: 
   [['ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CLOSED'], 'connection_reset', (h) => `the connection to ${h} closed unexpectedly`],
   [['EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ENETDOWN', 'EADDRNOTAVAIL'], 'unreachable', (h) => `${h} is unreachable`],
   [['UND_ERR_CONNECT_TIMEOUT', 'ETIMEDOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'], 'timeout', (h) => `${h} did not answer in time`],
-  [['UND_ERR_RES_CONTENT_LENGTH_MISMATCH', 'Z_DATA_ERROR', 'Z_BUF_ERROR'], 'invalid_response', (h) => `${h} sent a malformed response`],
+  [
+    ['UND_ERR_RES_CONTENT_LENGTH_MISMATCH', 'UND_ERR_HEADERS_OVERFLOW', 'Z_DATA_ERROR', 'Z_BUF_ERROR'],
+    'invalid_response',
+    (h) => `${h} sent a malformed response`,
+  ],
 ];
 
 /** Turns what went wrong into the AppError a caller should see; unknown faults pass through. */

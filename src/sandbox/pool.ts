@@ -1,0 +1,312 @@
+import { Worker } from 'node:worker_threads';
+import pino, { type Logger } from 'pino';
+import type { Config } from '../config.js';
+import { AppError, ERROR_STATUS, type ErrorCode } from '../errors.js';
+import type { AnyTool, ToolProgress } from '../tools/types.js';
+import { limitExceeded, resolveLimits, THREAD_STACK_MB, youngGenerationMb, type ResolvedLimits, type ToolLimits } from './limits.js';
+import type { FromThread, SerializedFault, ThreadData, ThreadToolContext, Work } from './protocol.js';
+import { runTaskInline, TASKS, type TaskInput, type TaskName, type TaskOutput } from './tasks.js';
+
+/** One call's terms, as the runner states them. */
+export interface SandboxCall {
+  /** Whose work this is: the account id, or `payer:<address>` for calls paid per call. Fairness counts per owner. */
+  owner: string;
+  /** Names the work in limit messages: the tool's name, or `tool/task`. */
+  label: string;
+  limits?: ToolLimits;
+  /** The job's signal: aborting it stops the work (queued or running). */
+  signal?: AbortSignal;
+  progress?(p: ToolProgress): Promise<void> | void;
+  /** Receives the thread's log lines. */
+  log?: Logger;
+}
+
+export interface SandboxStats {
+  threads: number;
+  busy: number;
+  queued: number;
+  /** Threads started since the pool was made (a terminated or dead thread is replaced by a new one). */
+  started: number;
+}
+
+/** Unexpected failures inside a thread; the runner reports them as internal_error. */
+export class SandboxFault extends Error {
+  override readonly name = 'SandboxFault';
+}
+
+// A thread that cannot load a module in this long is broken, whatever the call's own limit.
+const LOAD_TIMEOUT_MS = 30_000;
+
+// Built code starts thread.js; from TypeScript sources the thread first registers tsx (ts-entry.mjs).
+const FROM_SOURCE = import.meta.url.endsWith('.ts');
+const THREAD_ENTRY = new URL(FROM_SOURCE ? './ts-entry.mjs' : './thread.js', import.meta.url);
+
+interface Thread {
+  worker: Worker;
+  memoryMb: number;
+  task: Task | null;
+  gone: boolean;
+}
+
+interface Task {
+  id: number;
+  work: Work;
+  call: SandboxCall;
+  limits: ResolvedLimits;
+  resolve(json: string): void;
+  reject(e: Error): void;
+  thread?: Thread;
+  timer?: NodeJS.Timeout;
+  onAbort?: () => void;
+  settled: boolean;
+}
+
+/**
+ * A small pool of worker threads for CPU work on caller input (isolated tools, and named tasks of
+ * tools that run on the event loop). Each call gets a wall-clock deadline, a heap cap (threads are
+ * created with `resourceLimits` for one memory size and reused only for calls of that size) and a
+ * result size cap. At most SANDBOX_THREADS threads exist, created on demand; one owner may hold at
+ * most max(1, floor(SANDBOX_THREADS * FAIR_SHARE)) of them while others wait.
+ */
+export class SandboxPool {
+  /** False when ISOLATION=off: work runs on the calling event loop (benchmarks only). */
+  readonly isolating: boolean;
+  private readonly maxThreads: number;
+  private readonly ownerCap: number;
+  private readonly threads: Thread[] = [];
+  private readonly queue: Task[] = [];
+  private readonly running = new Map<string, number>();
+  private nextId = 1;
+  private started = 0;
+  private closed = false;
+
+  constructor(
+    private readonly config: Config,
+    private readonly log: Logger,
+  ) {
+    this.isolating = config.ISOLATION === 'threads';
+    this.maxThreads = config.SANDBOX_THREADS;
+    this.ownerCap = Math.max(1, Math.floor(config.SANDBOX_THREADS * config.FAIR_SHARE));
+  }
+
+  /** Runs an isolated tool's handler (found by name among `tool.isolated`'s exports) in a thread. */
+  async runTool(
+    tool: AnyTool,
+    input: unknown,
+    context: ThreadToolContext,
+    call: SandboxCall,
+  ): Promise<{ value: unknown; usage: Record<string, number> }> {
+    if (!tool.isolated) throw new SandboxFault(`${tool.name} is not an isolated tool`);
+    const json = await this.submit({ kind: 'tool', module: tool.isolated, name: tool.name, input, context }, call);
+    const out = JSON.parse(json) as { value?: unknown; usage: Record<string, number> };
+    return { value: out.value, usage: out.usage };
+  }
+
+  /** Runs one named task from the task table (src/sandbox/tasks.ts). */
+  async runTask<K extends TaskName>(name: K, payload: TaskInput<K>, call: SandboxCall): Promise<TaskOutput<K>> {
+    if (!this.isolating) return runTaskInline(name, payload);
+    const entry = TASKS[name];
+    const json = await this.submit({ kind: 'task', module: entry.module, export: entry.export, input: payload }, call);
+    return (JSON.parse(json) as { value: TaskOutput<K> }).value;
+  }
+
+  stats(): SandboxStats {
+    return { threads: this.threads.length, busy: this.threads.filter((t) => t.task).length, queued: this.queue.length, started: this.started };
+  }
+
+  /** Stops every thread; queued and running work fails. */
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const task of this.queue.splice(0)) this.settle(task, new AppError('service_unavailable', 'The service is shutting down'));
+    await Promise.all(
+      [...this.threads].map(async (t) => {
+        if (t.task) this.settle(t.task, new AppError('service_unavailable', 'The service is shutting down'));
+        await this.retire(t);
+      }),
+    );
+  }
+
+  private submit(work: Work, call: SandboxCall): Promise<string> {
+    if (this.closed) return Promise.reject(new AppError('service_unavailable', 'The service is shutting down'));
+    if (call.signal?.aborted) return Promise.reject(cancelled(call.label));
+    return new Promise<string>((resolve, reject) => {
+      const task: Task = { id: this.nextId++, work, call, limits: resolveLimits(this.config, call.limits), resolve, reject, settled: false };
+      if (call.signal) {
+        task.onAbort = () => {
+          const queued = this.queue.indexOf(task);
+          if (queued >= 0) this.queue.splice(queued, 1);
+          // A running call cannot be interrupted inside its thread: the thread goes with it.
+          if (task.thread) void this.retire(task.thread);
+          this.settle(task, cancelled(call.label));
+        };
+        call.signal.addEventListener('abort', task.onAbort, { once: true });
+      }
+      this.queue.push(task);
+      this.dispatch();
+    });
+  }
+
+  /** Starts queued tasks while threads are free: the first task in line whose owner is under its cap goes next. */
+  private dispatch(): void {
+    while (!this.closed && this.queue.length) {
+      const idle = this.threads.filter((t) => !t.task);
+      if (!idle.length && this.threads.length >= this.maxThreads) return;
+      const next = this.queue.findIndex((t) => (this.running.get(t.call.owner) ?? 0) < this.ownerCap);
+      if (next < 0) return;
+      const task = this.queue.splice(next, 1)[0]!;
+      let thread = idle.find((t) => t.memoryMb === task.limits.memoryMb);
+      if (!thread) {
+        // Memory caps are fixed when a thread starts: an idle thread of another size makes room.
+        if (this.threads.length >= this.maxThreads) void this.retire(idle[0]!);
+        thread = this.spawn(task.limits.memoryMb);
+      }
+      this.start(task, thread);
+    }
+  }
+
+  private start(task: Task, thread: Thread): void {
+    task.thread = thread;
+    thread.task = task;
+    this.running.set(task.call.owner, (this.running.get(task.call.owner) ?? 0) + 1);
+    task.timer = setTimeout(() => this.expire(task, 'load'), LOAD_TIMEOUT_MS);
+    thread.worker.postMessage({ type: 'run', id: task.id, work: task.work, maxResultBytes: task.limits.maxResultBytes });
+  }
+
+  private expire(task: Task, phase: 'load' | 'run'): void {
+    if (task.settled || !task.thread) return;
+    void this.retire(task.thread);
+    this.settle(
+      task,
+      phase === 'run'
+        ? limitExceeded(task.call.label, 'time', task.limits.timeMs)
+        : new SandboxFault(`sandbox thread did not load ${task.work.module} within ${LOAD_TIMEOUT_MS} ms`),
+    );
+  }
+
+  private spawn(memoryMb: number): Thread {
+    const worker = new Worker(THREAD_ENTRY, {
+      workerData: { config: this.config } satisfies ThreadData,
+      resourceLimits: { maxOldGenerationSizeMb: memoryMb, maxYoungGenerationSizeMb: youngGenerationMb(memoryMb), stackSizeMb: THREAD_STACK_MB },
+      // The parent's stdin is not the thread's business; its output still reaches the process's.
+      stdin: false,
+    });
+    const thread: Thread = { worker, memoryMb, task: null, gone: false };
+    this.threads.push(thread);
+    this.started++;
+    worker.on('message', (m: FromThread) => this.onMessage(thread, m));
+    worker.on('error', (err: Error & { code?: string }) => {
+      const task = thread.task;
+      this.forget(thread);
+      if (!task) return this.log.warn({ err: err.message }, 'sandbox thread failed while idle');
+      this.settle(
+        task,
+        err.code === 'ERR_WORKER_OUT_OF_MEMORY' ? limitExceeded(task.call.label, 'memory', memoryMb) : new SandboxFault(`sandbox thread failed: ${err.message}`),
+      );
+    });
+    worker.on('exit', () => {
+      const task = thread.task;
+      this.forget(thread);
+      if (task) this.settle(task, new SandboxFault('sandbox thread exited during a call'));
+    });
+    // An idle thread must not keep the process alive; a busy one is awaited by its caller anyway.
+    worker.unref();
+    return thread;
+  }
+
+  private onMessage(thread: Thread, m: FromThread): void {
+    const task = thread.task;
+    if (!task || task.id !== m.id || task.settled) return;
+    switch (m.type) {
+      case 'started':
+        clearTimeout(task.timer);
+        task.timer = setTimeout(() => this.expire(task, 'run'), task.limits.timeMs);
+        return;
+      case 'progress':
+        void Promise.resolve(task.call.progress?.(m.progress)).catch(() => {});
+        return;
+      case 'log':
+        writeLog(task.call.log ?? this.log, m.line);
+        return;
+      case 'done':
+        this.finish(thread, task);
+        task.settled = true;
+        task.resolve(m.json);
+        return;
+      case 'too_large':
+        this.finish(thread, task);
+        this.settle(task, limitExceeded(task.call.label, 'size', task.limits.maxResultBytes));
+        return;
+      case 'failed':
+        this.finish(thread, task);
+        this.settle(task, revive(m.error));
+        return;
+    }
+  }
+
+  /** The thread finished its task normally and is free for the next. */
+  private finish(thread: Thread, task: Task): void {
+    thread.task = null;
+    this.release(task);
+    setImmediate(() => this.dispatch());
+  }
+
+  private settle(task: Task, err: Error): void {
+    if (task.settled) return;
+    task.settled = true;
+    this.release(task);
+    task.reject(err);
+  }
+
+  /** Undoes what start() and submit() took: the timer, the abort listener and the owner's slot. */
+  private release(task: Task): void {
+    clearTimeout(task.timer);
+    if (task.onAbort) task.call.signal?.removeEventListener('abort', task.onAbort);
+    task.onAbort = undefined;
+    if (task.thread) {
+      const n = (this.running.get(task.call.owner) ?? 1) - 1;
+      if (n > 0) this.running.set(task.call.owner, n);
+      else this.running.delete(task.call.owner);
+      task.thread = undefined;
+    }
+  }
+
+  private async retire(thread: Thread): Promise<void> {
+    const task = thread.task;
+    this.forget(thread);
+    if (task) this.release(task);
+    await thread.worker.terminate().catch(() => {});
+  }
+
+  /** Drops a thread from the pool (terminated or dead); its replacement is started on demand. */
+  private forget(thread: Thread): void {
+    if (thread.gone) return;
+    thread.gone = true;
+    const i = this.threads.indexOf(thread);
+    if (i >= 0) this.threads.splice(i, 1);
+    if (thread.task) this.release(thread.task);
+    thread.task = null;
+    setImmediate(() => this.dispatch());
+  }
+}
+
+function cancelled(label: string): AppError {
+  return new AppError('timeout', `${label} was cancelled before it finished`);
+}
+
+function revive(f: SerializedFault): Error {
+  if (f.app) return new AppError(f.code in ERROR_STATUS ? (f.code as ErrorCode) : 'internal_error', f.message, f.details, { retryable: f.retryable });
+  const err = new SandboxFault(f.message);
+  err.stack = `${f.name}: ${f.message}`;
+  return err;
+}
+
+/** Replays a thread's pino line through the parent's logger, at its level, with its fields. */
+function writeLog(log: Logger, line: string): void {
+  try {
+    const { level, msg, time: _time, ...fields } = JSON.parse(line) as { level: number; msg?: string; time?: number };
+    const label = pino.levels.labels[level] as pino.Level | undefined;
+    if (label) log[label](fields, msg);
+  } catch {
+    log.info({ line }, 'sandbox thread log');
+  }
+}

@@ -1,0 +1,86 @@
+/**
+ * A sandbox thread: runs one piece of work at a time for the pool (src/sandbox/pool.ts). It imports
+ * only the module that holds the work, so a thread running compute never loads the registry, the
+ * database or Redis clients. Limits are enforced from outside (the pool terminates the thread on its
+ * deadline; V8 kills it on its heap cap); the one limit measured here is the result's size.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import pino from 'pino';
+import { ERROR_STATUS } from '../errors.js';
+import type { AnyTool, ToolContext } from '../tools/types.js';
+import type { FromThread, SerializedFault, ThreadData, ToThread, Work } from './protocol.js';
+import { runTaskInline } from './tasks.js';
+
+const port = parentPort!;
+const { config } = workerData as ThreadData;
+const send = (m: FromThread) => port.postMessage(m);
+
+let current = 0;
+// Log lines travel to the parent, which writes them through the call's own logger.
+const log = pino({ level: config.LOG_LEVEL, base: undefined }, { write: (line: string) => send({ type: 'log', id: current, line }) });
+
+port.on('message', (m: ToThread) => void run(m));
+
+async function run({ id, work, maxResultBytes }: ToThread): Promise<void> {
+  current = id;
+  try {
+    const usage: Record<string, number> = {};
+    const value = await execute(id, work, usage);
+    const json = JSON.stringify({ value, usage });
+    const bytes = Buffer.byteLength(json ?? '');
+    if (bytes > maxResultBytes) send({ type: 'too_large', id, bytes });
+    else send({ type: 'done', id, json });
+  } catch (e) {
+    send({ type: 'failed', id, error: serialise(e) });
+  }
+}
+
+async function execute(id: number, work: Work, usage: Record<string, number>): Promise<unknown> {
+  const mod = (await import(work.module)) as Record<string, unknown>;
+  if (work.kind === 'task') {
+    const fn = mod[work.export];
+    if (typeof fn !== 'function') throw new Error(`${work.module} exports no function ${work.export}`);
+    send({ type: 'started', id });
+    return await (fn as (input: unknown) => unknown)(work.input);
+  }
+  const tool = Object.values(mod).find((v): v is AnyTool => isTool(v) && v.name === work.name);
+  if (!tool) throw new Error(`${work.module} exports no tool named ${work.name}`);
+  const ctx: ToolContext = {
+    config,
+    log: log.child({ tool: tool.name }),
+    // The pool stops a call by terminating the thread, so this signal never fires; it is here so
+    // handlers written for the event loop run unchanged.
+    signal: new AbortController().signal,
+    progress: async (progress) => send({ type: 'progress', id, progress }),
+    sandbox: work.context.sandbox,
+    accountId: work.context.accountId,
+    keyId: work.context.keyId,
+    balance: () => Promise.reject(new Error('balance() is not available to isolated tools')),
+    recordUsage: (u) => {
+      for (const [k, v] of Object.entries(u)) usage[k] = (usage[k] ?? 0) + v;
+    },
+    // Already in a thread: nested tasks run here.
+    isolate: (name, payload) => runTaskInline(name, payload),
+  };
+  send({ type: 'started', id });
+  return await tool.handler(work.input, ctx);
+}
+
+function isTool(v: unknown): v is AnyTool {
+  return !!v && typeof v === 'object' && typeof (v as AnyTool).name === 'string' && typeof (v as AnyTool).handler === 'function';
+}
+
+/** AppErrors keep code, message, details and retryability; anything else stays an unexpected fault. */
+function serialise(e: unknown): SerializedFault {
+  const err = e as { name?: unknown; code?: unknown; message?: unknown; details?: unknown; retryable?: unknown };
+  if (err && err.name === 'AppError' && typeof err.code === 'string' && err.code in ERROR_STATUS) {
+    return {
+      app: true,
+      code: err.code,
+      message: String(err.message),
+      details: (err.details as Record<string, unknown>) ?? {},
+      retryable: err.retryable === true,
+    };
+  }
+  return { app: false, name: e instanceof Error ? e.name : typeof e, message: e instanceof Error ? e.message : String(e) };
+}

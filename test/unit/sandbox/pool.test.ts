@@ -1,0 +1,140 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pino from 'pino';
+import { loadConfig } from '../../../src/config.js';
+import { AppError } from '../../../src/errors.js';
+import { SandboxFault, SandboxPool } from '../../../src/sandbox/pool.js';
+import { echo, hog, spin } from './test-tools.js';
+
+const ctx = { sandbox: false, accountId: 'acct-a', keyId: null };
+const config = loadConfig({}, { LOG_LEVEL: 'info', SANDBOX_THREADS: '4', FAIR_SHARE: '0.25', TOOL_MAX_RESULT_BYTES: '10000' });
+let pool: SandboxPool;
+
+beforeAll(() => {
+  pool = new SandboxPool(config, pino({ level: 'silent' }));
+});
+
+afterAll(async () => {
+  await pool.close();
+});
+
+const call = (owner: string, extra: Partial<Parameters<SandboxPool['runTool']>[3]> = {}) => ({ owner, label: 'test', ...extra });
+
+async function failure(p: Promise<unknown>): Promise<Error> {
+  return p.then(
+    () => {
+      throw new Error('expected a failure');
+    },
+    (e: Error) => e,
+  );
+}
+
+describe('sandbox pool', () => {
+  it('runs a tool in a thread and brings back its value, usage, progress and logs', async () => {
+    const progress: unknown[] = [];
+    const lines: unknown[] = [];
+    const log = pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) });
+    const t0 = performance.now();
+    const out = await pool.runTool(echo, { q: 'hi' }, ctx, call('a', { progress: (p) => void progress.push(p), log }));
+    const cold = performance.now() - t0;
+    expect(out.value).toMatchObject({ q: 'hi', accountId: 'acct-a', sandbox: false });
+    expect((out.value as { threadId: number }).threadId).toBeGreaterThan(0);
+    expect(out.usage).toEqual({ echoes: 1 });
+    expect(progress).toEqual([{ stage: 'echoing', done: 1, total: 1 }]);
+    expect(lines).toEqual([expect.objectContaining({ msg: 'echo from a thread', q: 'hi', tool: 'test_sandbox_echo' })]);
+    const t1 = performance.now();
+    await pool.runTool(echo, { q: 'again' }, ctx, call('a'));
+    const warm = performance.now() - t1;
+    console.log(`sandbox: first call (thread start) ${cold.toFixed(0)} ms, warm round trip ${warm.toFixed(1)} ms`);
+  });
+
+  it('reuses threads between calls', async () => {
+    const before = pool.stats().started;
+    const ids = new Set<number>();
+    for (let i = 0; i < 5; i++) ids.add(((await pool.runTool(echo, {}, ctx, call('a'))).value as { threadId: number }).threadId);
+    expect(ids.size).toBe(1);
+    expect(pool.stats().started).toBe(before);
+  });
+
+  it('returns AppErrors as AppErrors and anything else as a fault', async () => {
+    const app = await failure(pool.runTool(echo, { fail: 'app' }, ctx, call('a')));
+    expect(app).toBeInstanceOf(AppError);
+    expect(app).toMatchObject({ code: 'tool_failed', message: 'echo was told to fail', details: { reason: 'asked' } });
+    expect((app as AppError).retryable).toBe(false);
+    const plain = await failure(pool.runTool(echo, { fail: 'plain' }, ctx, call('a')));
+    expect(plain).toBeInstanceOf(SandboxFault);
+    expect(plain.message).toBe('echo broke');
+  });
+
+  it('stops a call at its deadline and replaces the thread', async () => {
+    const before = pool.stats();
+    const err = await failure(pool.runTool(spin, {}, ctx, call('a', { label: 'test_sandbox_spin', limits: spin.limits })));
+    expect(err).toBeInstanceOf(AppError);
+    expect(err).toMatchObject({ code: 'limit_exceeded', details: { limit: 'time', limit_value: 300 } });
+    expect(err.message).toBe('test_sandbox_spin ran longer than its time limit of 300 ms and was stopped');
+    expect((await pool.runTool(echo, { q: 'after' }, ctx, call('a'))).value).toMatchObject({ q: 'after' });
+    expect(pool.stats().started).toBeGreaterThan(before.started);
+    expect(pool.stats().threads).toBeLessThanOrEqual(4);
+  });
+
+  it('stops a call that passes its heap cap and replaces the thread', async () => {
+    const err = await failure(pool.runTool(hog, {}, ctx, call('a', { label: 'test_sandbox_hog', limits: hog.limits })));
+    expect(err).toMatchObject({ code: 'limit_exceeded', details: { limit: 'memory', limit_value: 64 } });
+    expect(err.message).toBe('test_sandbox_hog used more than its memory limit of 64 MB and was stopped');
+    expect((await pool.runTool(echo, { q: 'alive' }, ctx, call('a'))).value).toMatchObject({ q: 'alive' });
+  }, 60_000);
+
+  it('refuses a result over TOOL_MAX_RESULT_BYTES', async () => {
+    const err = await failure(pool.runTool(echo, { bytes: 20_000 }, ctx, call('a', { label: 'test_sandbox_echo' })));
+    expect(err).toMatchObject({ code: 'limit_exceeded', details: { limit: 'size', limit_value: 10_000 } });
+    expect(err.message).toBe('test_sandbox_echo produced a result larger than its size limit of 10000 bytes');
+  });
+
+  it("stops a running call when the job's signal aborts", async () => {
+    const controller = new AbortController();
+    const pending = failure(pool.runTool(spin, {}, ctx, call('a', { limits: { timeMs: 30_000 }, signal: controller.signal })));
+    await new Promise((r) => setTimeout(r, 200));
+    controller.abort();
+    expect(await pending).toMatchObject({ code: 'timeout' });
+    expect((await pool.runTool(echo, { q: 'next' }, ctx, call('a'))).value).toMatchObject({ q: 'next' });
+  });
+
+  it('lets one owner hold at most its share of threads while others go ahead', async () => {
+    // 4 threads, FAIR_SHARE 0.25: one task per owner at a time.
+    const order: string[] = [];
+    const run = (owner: string, tag: string) => pool.runTool(echo, { ms: 300 }, ctx, call(owner)).then(() => order.push(tag));
+    const all = [run('greedy', 'g1'), run('greedy', 'g2'), run('greedy', 'g3'), run('polite', 'p1')];
+    await new Promise((r) => setTimeout(r, 100));
+    expect(pool.stats()).toMatchObject({ busy: 2, queued: 2 });
+    await Promise.all(all);
+    expect(order.indexOf('p1')).toBeLessThan(order.indexOf('g2'));
+    expect(order.filter((t) => t.startsWith('g'))).toEqual(['g1', 'g2', 'g3']);
+  });
+
+  it('never runs more than SANDBOX_THREADS threads and queues the rest', async () => {
+    const all = Array.from({ length: 8 }, (_, i) => pool.runTool(echo, { ms: 200 }, ctx, call(`owner-${i}`)));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(pool.stats()).toMatchObject({ busy: 4, queued: 4 });
+    expect(pool.stats().threads).toBe(4);
+    await Promise.all(all);
+  });
+
+  it('runs named tasks (page_fetch parsing) within the parse caps', async () => {
+    const deep = Buffer.from('<html><body>' + '<div>'.repeat(100_000) + 'hidden' + '</div>'.repeat(100_000) + '</body></html>');
+    const t0 = performance.now();
+    const out = await pool.runTask('extract_html', { body: deep, baseUrl: 'http://x.test/', headerCharset: 'utf-8' }, call('a'));
+    expect(out.capped).toBe(true);
+    expect(out.text).toBe('');
+    expect(performance.now() - t0).toBeLessThan(5_000);
+    const ok = await pool.runTask('extract_html', { body: Buffer.from('<title>T</title><p>Hello</p>'), baseUrl: 'http://x.test/', headerCharset: null }, call('a'));
+    expect(ok).toMatchObject({ title: 'T', text: 'Hello', capped: false });
+  });
+
+  it('fails queued and new work once closed', async () => {
+    const other = new SandboxPool(config, pino({ level: 'silent' }));
+    const running = failure(other.runTool(spin, {}, ctx, call('a', { limits: { timeMs: 30_000 } })));
+    await new Promise((r) => setTimeout(r, 100));
+    await other.close();
+    expect(await running).toMatchObject({ code: 'service_unavailable' });
+    expect(await failure(other.runTool(echo, {}, ctx, call('a')))).toMatchObject({ code: 'service_unavailable' });
+  });
+});
