@@ -82,10 +82,11 @@ export class AuthFailureThrottle {
     private readonly prefix: string,
     readonly limit: number,
     private readonly windowMs: number,
+    private readonly log?: { warn(obj: object, msg: string): void },
   ) {
     const r: Redis = redis;
-    if (!('tgAuthFail' in r)) r.defineCommand('tgAuthFail', { lua: FAIL, numberOfKeys: 1 });
-    if (!('tgAuthBlocked' in r)) r.defineCommand('tgAuthBlocked', { lua: BLOCKED, numberOfKeys: 1 });
+    if (!('tgAuthFail' in r)) r.defineCommand('tgAuthFail', { lua: FAIL });
+    if (!('tgAuthBlocked' in r)) r.defineCommand('tgAuthBlocked', { lua: BLOCKED });
     this.redis = redis as ThrottleRedis;
   }
 
@@ -101,7 +102,8 @@ export class AuthFailureThrottle {
     try {
       const [n, ttl] = await this.redis.tgAuthFail(1, this.key(address), this.windowMs);
       return n > this.limit ? this.refusal(ttl) : null;
-    } catch {
+    } catch (err) {
+      this.log?.warn({ err }, 'failed-authentication throttle unavailable');
       return null;
     }
   }
@@ -111,7 +113,8 @@ export class AuthFailureThrottle {
     try {
       const ttl = await this.redis.tgAuthBlocked(1, this.key(address), this.limit);
       return ttl > 0 ? this.refusal(ttl) : null;
-    } catch {
+    } catch (err) {
+      this.log?.warn({ err }, 'failed-authentication throttle unavailable');
       return null;
     }
   }
@@ -263,16 +266,16 @@ export class KeyAuthenticator {
       .findKeyByHash(hash)
       .then((found) => {
         const record = found && !found.revoked_at ? found : null;
-        if (generation === this.generation) {
-          const now = Date.now();
-          if (record) {
-            if (this.ttlMs > 0) {
-              if (this.cache.size >= MAX_CACHED) this.cache.clear();
-              this.cache.set(hash, { at: now, record });
-            }
-          } else if (this.negativeTtlMs > 0) {
-            putBounded(this.unknown, hash, now + this.negativeTtlMs, MAX_UNKNOWN);
+        const now = Date.now();
+        if (record) {
+          // A record read before a key change may be stale; one read after it is cached by its own lookup.
+          if (this.ttlMs > 0 && generation === this.generation) {
+            if (this.cache.size >= MAX_CACHED) this.cache.clear();
+            this.cache.set(hash, { at: now, record });
           }
+        } else if (this.negativeTtlMs > 0) {
+          // Never stale: no key change makes a missing or revoked key valid.
+          putBounded(this.unknown, hash, now + this.negativeTtlMs, MAX_UNKNOWN);
         }
         return record;
       })
