@@ -113,7 +113,7 @@ function instance(maxElements: number): MathJsInstance {
   const guarded: Record<string, unknown> = {};
   for (const name of SIZED) {
     const original = (math as unknown as Record<string, (...args: unknown[]) => unknown>)[name]!;
-    const transform = (math.expression.transform as Record<string, ((...args: unknown[]) => unknown) | undefined>)[name];
+    const transform = (math.expression.transform as unknown as Record<string, ((...args: unknown[]) => unknown) | undefined>)[name];
     const guard = (fn: (...args: unknown[]) => unknown) =>
       function (this: unknown, ...args: unknown[]) {
         checkCount(name, args, maxElements);
