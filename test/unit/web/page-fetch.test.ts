@@ -1,6 +1,10 @@
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pino from 'pino';
 import { AppError } from '../../../src/errors.js';
+import { loadConfig } from '../../../src/config.js';
+import { SandboxPool } from '../../../src/sandbox/pool.js';
+import { MAX_HTML_DEPTH, MAX_HTML_ELEMENTS, htmlCapOffset } from '../../../src/tools/web/extract.js';
 import { pageFetch, PageFetchInput } from '../../../src/tools/web/page-fetch.js';
 import { startFakeDns, type FakeDnsServer } from '../../helpers/dns-server.js';
 import { closedPort, routes, startHttpTarget, type HttpTarget } from '../../helpers/http-targets.js';
@@ -70,6 +74,10 @@ beforeAll(async () => {
       '/hang': () => {
         // Never answers: the fetch must give up on its own deadline.
       },
+      '/fat-header': (_req, res) => {
+        res.writeHead(200, { 'content-type': 'text/html', 'x-padding': 'p'.repeat(60 * 1024) }).end('<p>hi</p>');
+      },
+      '/deep': [200, { 'content-type': 'text/html' }, '<title>Deep</title><p>before</p>' + '<div>'.repeat(20_000) + 'inside'],
       '/slow-body': (_req, res) => {
         res.writeHead(200, { 'content-type': 'text/plain' });
         res.write('partial');
@@ -82,10 +90,19 @@ beforeAll(async () => {
 afterAll(async () => {
   await site.close();
   await dns.close();
+  await pool?.close();
 });
 
+// Parsing goes through a real sandbox pool, as it does under the runner.
+let pool: SandboxPool | undefined;
+function isolate() {
+  pool ??= new SandboxPool(loadConfig({}, { LOG_LEVEL: 'silent' }), pino({ level: 'silent' }));
+  const p = pool;
+  return { isolate: ((task, payload) => p.runTask(task, payload, { owner: 'test', label: `page_fetch/${task}` })) as NonNullable<ReturnType<typeof makeToolContext>['ctx']['isolate']> };
+}
+
 async function fetchPage(input: { url: string; max_bytes?: number }, env: Record<string, string> = {}, signal?: AbortSignal) {
-  const tc = makeToolContext({ env: { FETCH_ALLOWED_HOSTS: site.hostPort, ...env }, ...(signal ? { signal } : {}) });
+  const tc = makeToolContext({ env: { FETCH_ALLOWED_HOSTS: site.hostPort, ...env }, ...(signal ? { signal } : {}), ...isolate() });
   const result = await pageFetch.handler(PageFetchInput.parse(input), tc.ctx);
   return { result, progress: tc.progress };
 }
@@ -203,6 +220,11 @@ describe('page_fetch limits', () => {
     expect(result).toMatchObject({ bytes: 2048, truncated: false });
   });
 
+  it('parses within the depth cap and marks a page past it truncated', async () => {
+    const { result } = await fetchPage({ url: site.url('/deep') });
+    expect(result).toMatchObject({ title: 'Deep', text: 'before', truncated: true });
+  });
+
   it('fails with reason timeout when the server never answers', async () => {
     const err = await fetchError({ url: site.url('/hang') }, { FETCH_TIMEOUT_MS: '200' });
     expect(err).toMatchObject({ code: 'tool_failed', details: { reason: 'timeout' } });
@@ -255,6 +277,11 @@ describe('page_fetch failures of the target', () => {
     }
   });
 
+  it('reports a response header too large to read as an invalid response', async () => {
+    const err = await fetchError({ url: site.url('/fat-header') });
+    expect(err).toMatchObject({ code: 'tool_failed', message: `page_fetch failed: ${site.hostPort} sent a malformed response`, details: { reason: 'invalid_response' } });
+  });
+
   it('reports a name that does not exist', async () => {
     const err = await fetchError({ url: 'http://nowhere.test/' }, { DNS_SERVERS: dns.address });
     expect(err).toMatchObject({ code: 'tool_failed', message: 'page_fetch could not resolve nowhere.test: no such domain', details: { reason: 'dns_not_found' } });
@@ -264,6 +291,29 @@ describe('page_fetch failures of the target', () => {
     const port = await closedPort();
     const err = await fetchError({ url: 'http://site.test/' }, { DNS_SERVERS: `127.0.0.1:${port}` });
     expect(err).toMatchObject({ code: 'tool_unavailable', message: 'DNS resolver unreachable' });
+  });
+});
+
+describe('HTML parse caps', () => {
+  it('cuts at the first element past the depth cap, counting only elements that stay open', () => {
+    const ok = '<div>'.repeat(MAX_HTML_DEPTH - 2) + '<br><img src=x><p>a<p>b<li>c<li>d';
+    expect(htmlCapOffset(Buffer.from(ok), null)).toBeNull();
+    const closed = '<div></div>'.repeat(MAX_HTML_DEPTH * 2);
+    expect(htmlCapOffset(Buffer.from(closed), null)).toBeNull();
+    const deep = '<p>x</p>' + '<div>'.repeat(MAX_HTML_DEPTH + 1);
+    expect(htmlCapOffset(Buffer.from(deep), null)).toBe(8 + 5 * MAX_HTML_DEPTH);
+  });
+
+  it('cuts at the first element past the element cap', () => {
+    const wide = '<span>x</span>'.repeat(MAX_HTML_ELEMENTS + 10);
+    expect(htmlCapOffset(Buffer.from(wide), null)).toBe(14 * MAX_HTML_ELEMENTS);
+  });
+
+  it('ignores markup inside scripts and comments, and reads UTF-16 pages', () => {
+    const hidden = '<script>' + '<div>'.repeat(1000) + '</script><!--' + '<div>'.repeat(1000) + '-->';
+    expect(htmlCapOffset(Buffer.from(hidden), null)).toBeNull();
+    const utf16 = Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from('<div>'.repeat(MAX_HTML_DEPTH + 1), 'utf16le')]);
+    expect(htmlCapOffset(utf16, null)).toBe(2 + 2 * 5 * MAX_HTML_DEPTH);
   });
 });
 
