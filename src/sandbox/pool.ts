@@ -187,8 +187,6 @@ export class SandboxPool {
     const worker = new Worker(THREAD_ENTRY, {
       workerData: { config: this.config } satisfies ThreadData,
       resourceLimits: { maxOldGenerationSizeMb: memoryMb, maxYoungGenerationSizeMb: youngGenerationMb(memoryMb), stackSizeMb: THREAD_STACK_MB },
-      // The parent's stdin is not the thread's business; its output still reaches the process's.
-      stdin: false,
     });
     const thread: Thread = { worker, memoryMb, task: null, gone: false };
     this.threads.push(thread);

@@ -137,4 +137,13 @@ describe('sandbox pool', () => {
     expect(await running).toMatchObject({ code: 'service_unavailable' });
     expect(await failure(other.runTool(echo, {}, ctx, call('a')))).toMatchObject({ code: 'service_unavailable' });
   });
+
+  it('ISOLATION=off runs tasks on the calling event loop and starts no thread', async () => {
+    const off = new SandboxPool(loadConfig({}, { LOG_LEVEL: 'silent', ISOLATION: 'off' }), pino({ level: 'silent' }));
+    expect(off.isolating).toBe(false);
+    const out = await off.runTask('extract_html', { body: Buffer.from('<title>T</title><p>Hi</p>'), baseUrl: 'http://x.test/', headerCharset: null }, call('a'));
+    expect(out).toMatchObject({ title: 'T', text: 'Hi', capped: false });
+    expect(off.stats()).toMatchObject({ threads: 0, started: 0 });
+    await off.close();
+  });
 });
