@@ -14,6 +14,7 @@ import { Settler } from './services/settler.js';
 import { EdgeTokenSealer } from './services/edge-token.js';
 import { ToolRunner } from './services/runner.js';
 import { SandboxPool } from './sandbox/pool.js';
+import { isolatedModules } from './tools/index.js';
 import { KeyAuthenticator } from './services/auth.js';
 import { CallService } from './services/calls.js';
 import { RateLimiter } from './services/rate-limit.js';
@@ -59,8 +60,9 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   const settlePool = new pg.Pool({ connectionString: config.DATABASE_URL, max: 2 });
   settlePool.on('error', (err) => log.warn({ err: err.message }, 'settlement connection error'));
   const settler = new Settler(settlePool, credits, log, config.SETTLE_BATCH_MS, config.SETTLE_BATCH_MAX);
-  // Threads for CPU work on caller input (src/sandbox/pool.ts); started on first use.
-  const sandbox = new SandboxPool(config, log);
+  // Threads for CPU work on caller input (src/sandbox/pool.ts). A process running workers starts one
+  // with its isolated tools' modules loaded, so the first call does not wait for them; the rest start on use.
+  const sandbox = new SandboxPool(config, log, { preload: isolatedModules(opts.workerFamilies) });
   const runner = new ToolRunner({ config, log, accounts, credits, settler, sealer, sandbox });
   const closers: Array<() => Promise<unknown>> = [];
   const slots = new InFlightSlots(redis, config, (ids) => queues.liveJobs(ids));

@@ -21,6 +21,16 @@ export interface SandboxCall {
   log?: Logger;
 }
 
+export interface SandboxOptions {
+  /**
+   * Modules worth having loaded before the first call (isolated tools' modules: mathjs alone takes
+   * most of a second to import). When set, one thread starts with the pool and imports them; a
+   * thread that is terminated or dies is replaced at once by one that imports what it had loaded.
+   * Without it every thread starts on first use.
+   */
+  preload?: readonly string[];
+}
+
 export interface SandboxStats {
   threads: number;
   busy: number;
@@ -46,6 +56,8 @@ interface Thread {
   memoryMb: number;
   task: Task | null;
   gone: boolean;
+  /** Modules this thread has imported (or is importing): work for them runs without a cold start. */
+  modules: Set<string>;
 }
 
 interface Task {
@@ -83,10 +95,12 @@ export class SandboxPool {
   constructor(
     private readonly config: Config,
     private readonly log: Logger,
+    private readonly options: SandboxOptions = {},
   ) {
     this.isolating = config.ISOLATION === 'threads';
     this.maxThreads = config.SANDBOX_THREADS;
     this.ownerCap = Math.max(1, Math.floor(config.SANDBOX_THREADS * config.FAIR_SHARE));
+    if (this.isolating && options.preload?.length) this.spawn(config.TOOL_MEMORY_MB, options.preload);
   }
 
   /** Runs an isolated tool's handler (found by name among `tool.isolated`'s exports) in a thread. */
@@ -154,17 +168,27 @@ export class SandboxPool {
       const next = this.queue.findIndex((t) => (this.running.get(t.call.owner) ?? 0) < this.ownerCap);
       if (next < 0) return;
       const task = this.queue.splice(next, 1)[0]!;
-      let thread = idle.find((t) => t.memoryMb === task.limits.memoryMb);
-      if (!thread) {
-        // Memory caps are fixed when a thread starts: an idle thread of another size makes room.
-        if (this.threads.length >= this.maxThreads) void this.retire(idle[0]!);
-        thread = this.spawn(task.limits.memoryMb);
-      }
-      this.start(task, thread);
+      this.start(task, this.threadFor(task, idle));
     }
   }
 
+  /**
+   * Best first: an idle thread of the right memory size that already has the module, then a new
+   * thread while there is room, then any idle thread of the right size. Memory caps are fixed when a
+   * thread starts, so as a last resort an idle thread of another size makes room for a new one.
+   */
+  private threadFor(task: Task, idle: Thread[]): Thread {
+    const sized = idle.filter((t) => t.memoryMb === task.limits.memoryMb);
+    const warm = sized.find((t) => t.modules.has(task.work.module));
+    if (warm) return warm;
+    if (this.threads.length < this.maxThreads) return this.spawn(task.limits.memoryMb);
+    if (sized[0]) return sized[0];
+    void this.retire(idle[0]!, { replace: false });
+    return this.spawn(task.limits.memoryMb);
+  }
+
   private start(task: Task, thread: Thread): void {
+    thread.modules.add(task.work.module);
     task.thread = thread;
     thread.task = task;
     this.running.set(task.call.owner, (this.running.get(task.call.owner) ?? 0) + 1);
@@ -183,12 +207,13 @@ export class SandboxPool {
     );
   }
 
-  private spawn(memoryMb: number): Thread {
+  private spawn(memoryMb: number, preload: Iterable<string> = []): Thread {
+    const modules = new Set(preload);
     const worker = new Worker(THREAD_ENTRY, {
-      workerData: { config: this.config } satisfies ThreadData,
+      workerData: { config: this.config, preload: [...modules] } satisfies ThreadData,
       resourceLimits: { maxOldGenerationSizeMb: memoryMb, maxYoungGenerationSizeMb: youngGenerationMb(memoryMb), stackSizeMb: THREAD_STACK_MB },
     });
-    const thread: Thread = { worker, memoryMb, task: null, gone: false };
+    const thread: Thread = { worker, memoryMb, task: null, gone: false, modules };
     this.threads.push(thread);
     this.started++;
     worker.on('message', (m: FromThread) => this.onMessage(thread, m));
@@ -268,21 +293,23 @@ export class SandboxPool {
     }
   }
 
-  private async retire(thread: Thread): Promise<void> {
+  private async retire(thread: Thread, o: { replace: boolean } = { replace: true }): Promise<void> {
     const task = thread.task;
-    this.forget(thread);
+    this.forget(thread, o);
     if (task) this.release(task);
     await thread.worker.terminate().catch(() => {});
   }
 
   /** Drops a thread from the pool (terminated or dead); its replacement is started on demand. */
-  private forget(thread: Thread): void {
+  private forget(thread: Thread, { replace }: { replace: boolean } = { replace: true }): void {
     if (thread.gone) return;
     thread.gone = true;
     const i = this.threads.indexOf(thread);
     if (i >= 0) this.threads.splice(i, 1);
     if (thread.task) this.release(thread.task);
     thread.task = null;
+    // Keep the pool warm: the replacement loads what the lost thread had, before anyone waits for it.
+    if (replace && this.options.preload?.length && !this.closed && this.threads.length < this.maxThreads) this.spawn(thread.memoryMb, thread.modules);
     setImmediate(() => this.dispatch());
   }
 }

@@ -16,6 +16,8 @@ export interface ThreadToolContext {
 
 export interface ThreadData {
   config: Config;
+  /** Modules to import as soon as the thread starts, before it takes work. */
+  preload: string[];
 }
 
 export type ToThread = { type: 'run'; id: number; work: Work; maxResultBytes: number };

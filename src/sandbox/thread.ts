@@ -12,13 +12,15 @@ import type { FromThread, SerializedFault, ThreadData, ToThread, Work } from './
 import { runTaskInline } from './tasks.js';
 
 const port = parentPort!;
-const { config } = workerData as ThreadData;
+const { config, preload } = workerData as ThreadData;
 const send = (m: FromThread) => port.postMessage(m);
 
 let current = 0;
 // Log lines travel to the parent, which writes them through the call's own logger.
 const log = pino({ level: config.LOG_LEVEL, base: undefined }, { write: (line: string) => send({ type: 'log', id: current, line }) });
 
+// Work posted meanwhile waits in the port's queue; a module that fails here fails again, visibly, on use.
+for (const m of preload) await import(m).catch(() => {});
 port.on('message', (m: ToThread) => void run(m));
 
 async function run({ id, work, maxResultBytes }: ToThread): Promise<void> {

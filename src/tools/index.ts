@@ -40,6 +40,11 @@ export function toolsOfFamily(family: Family): AnyTool[] {
   return TOOLS.filter((t) => t.family === family);
 }
 
+/** Modules of the isolated tools of these families: what a process running their workers preloads in its sandbox threads. */
+export function isolatedModules(families: readonly Family[]): string[] {
+  return [...new Set(TOOLS.filter((t) => t.isolated && families.includes(t.family)).map((t) => t.isolated!))];
+}
+
 export function toolsByTier(): Record<Plan, AnyTool[]> {
   const out: Record<Plan, AnyTool[]> = { free: [], starter: [], pro: [], enterprise: [] };
   for (const t of TOOLS) out[t.tier].push(t);

@@ -146,4 +146,22 @@ describe('sandbox pool', () => {
     expect(off.stats()).toMatchObject({ threads: 0, started: 0 });
     await off.close();
   });
+
+  it('with preload, starts one warm thread at once and replaces a lost thread without waiting for a call', async () => {
+    const warm = new SandboxPool(config, pino({ level: 'silent' }), { preload: [echo.isolated!] });
+    try {
+      expect(warm.stats()).toMatchObject({ threads: 1, started: 1 });
+      const first = (await warm.runTool(echo, {}, ctx, call('a'))).value as { threadId: number };
+      expect(warm.stats().started).toBe(1);
+      // spin lives in the same module, so it runs in the warm thread, which the deadline then kills.
+      await failure(warm.runTool(spin, {}, ctx, call('a', { limits: spin.limits })));
+      // Its replacement is already there, loading what it had loaded, before any call asks.
+      expect(warm.stats()).toMatchObject({ threads: 1, busy: 0, started: 2 });
+      const again = (await warm.runTool(echo, {}, ctx, call('a'))).value as { threadId: number };
+      expect(again.threadId).not.toBe(first.threadId);
+      expect(warm.stats().started).toBe(2);
+    } finally {
+      await warm.close();
+    }
+  });
 });
