@@ -24,9 +24,9 @@ export interface SandboxCall {
 export interface SandboxOptions {
   /**
    * Modules worth having loaded before the first call (isolated tools' modules: mathjs alone takes
-   * most of a second to import). When set, one thread starts with the pool and imports them; a
-   * thread that is terminated or dies is replaced at once by one that imports what it had loaded.
-   * Without it every thread starts on first use.
+   * most of a second to import). When set, one thread starts with the pool and imports them, every
+   * thread started later imports them too, and a thread that is terminated or dies is replaced at
+   * once by one that imports what it had loaded. Without it every thread starts on first use.
    */
   preload?: readonly string[];
 }
@@ -56,8 +56,11 @@ interface Thread {
   memoryMb: number;
   task: Task | null;
   gone: boolean;
+  /** Done importing its preload modules: only ready threads are given work. */
+  ready: boolean;
   /** Modules this thread has imported (or is importing): work for them runs without a cold start. */
   modules: Set<string>;
+  loadTimer?: NodeJS.Timeout;
 }
 
 interface Task {
@@ -160,31 +163,61 @@ export class SandboxPool {
     });
   }
 
-  /** Starts queued tasks while threads are free: the first task in line whose owner is under its cap goes next. */
+  /**
+   * Starts queued tasks on free threads, in queue order, skipping owners at their cap. A task only
+   * ever goes to a ready thread: one still loading is not given work, so a call never sits behind a
+   * cold start while a warm thread frees up; new threads are started for tasks still waiting.
+   */
   private dispatch(): void {
-    while (!this.closed && this.queue.length) {
-      const idle = this.threads.filter((t) => !t.task);
-      if (!idle.length && this.threads.length >= this.maxThreads) return;
-      const next = this.queue.findIndex((t) => (this.running.get(t.call.owner) ?? 0) < this.ownerCap);
-      if (next < 0) return;
-      const task = this.queue.splice(next, 1)[0]!;
-      this.start(task, this.threadFor(task, idle));
+    if (this.closed) return;
+    // Threads still loading, per memory size, not yet counted on by a waiting task of this pass.
+    const loading = new Map<number, number>();
+    for (const t of this.threads) if (!t.ready) loading.set(t.memoryMb, (loading.get(t.memoryMb) ?? 0) + 1);
+    const taken = new Map<string, number>();
+    for (let i = 0; i < this.queue.length; i++) {
+      const task = this.queue[i]!;
+      const owner = task.call.owner;
+      if ((this.running.get(owner) ?? 0) + (taken.get(owner) ?? 0) >= this.ownerCap) continue;
+      const thread = this.threadFor(task, loading);
+      if (!thread) {
+        // This task waits for a thread; the owner's place is held so its later tasks do not jump ahead.
+        taken.set(owner, (taken.get(owner) ?? 0) + 1);
+        continue;
+      }
+      this.queue.splice(i--, 1);
+      this.start(task, thread);
     }
   }
 
   /**
-   * Best first: an idle thread of the right memory size that already has the module, then a new
-   * thread while there is room, then any idle thread of the right size. Memory caps are fixed when a
-   * thread starts, so as a last resort an idle thread of another size makes room for a new one.
+   * Best first: a ready idle thread of the right memory size that already has the module; else wait
+   * for a thread of that size that is loading, or start one while there is room; else a ready idle
+   * thread of the right size (it loads the module on the spot). Memory caps are fixed when a thread
+   * starts, so as a last resort an idle thread of another size makes room for a new one.
    */
-  private threadFor(task: Task, idle: Thread[]): Thread {
-    const sized = idle.filter((t) => t.memoryMb === task.limits.memoryMb);
+  private threadFor(task: Task, loading: Map<number, number>): Thread | null {
+    const size = task.limits.memoryMb;
+    const idle = this.threads.filter((t) => t.ready && !t.task);
+    const sized = idle.filter((t) => t.memoryMb === size);
     const warm = sized.find((t) => t.modules.has(task.work.module));
     if (warm) return warm;
-    if (this.threads.length < this.maxThreads) return this.spawn(task.limits.memoryMb);
+    const pending = loading.get(size) ?? 0;
+    if (pending > 0) {
+      loading.set(size, pending - 1);
+      return null;
+    }
+    // A new thread loads the preload modules too (after the task's own), so it is warm for them next time.
+    const modules = [task.work.module, ...(this.options.preload ?? [])];
+    if (this.threads.length < this.maxThreads) {
+      this.spawn(size, modules);
+      return null;
+    }
     if (sized[0]) return sized[0];
-    void this.retire(idle[0]!, { replace: false });
-    return this.spawn(task.limits.memoryMb);
+    if (idle[0]) {
+      void this.retire(idle[0], { replace: false });
+      this.spawn(size, modules);
+    }
+    return null;
   }
 
   private start(task: Task, thread: Thread): void {
@@ -213,9 +246,13 @@ export class SandboxPool {
       workerData: { config: this.config, preload: [...modules] } satisfies ThreadData,
       resourceLimits: { maxOldGenerationSizeMb: memoryMb, maxYoungGenerationSizeMb: youngGenerationMb(memoryMb), stackSizeMb: THREAD_STACK_MB },
     });
-    const thread: Thread = { worker, memoryMb, task: null, gone: false, modules };
+    const thread: Thread = { worker, memoryMb, task: null, gone: false, ready: false, modules };
     this.threads.push(thread);
     this.started++;
+    thread.loadTimer = setTimeout(() => {
+      this.log.error({ modules: [...modules] }, `sandbox thread did not load its modules within ${LOAD_TIMEOUT_MS} ms`);
+      void this.retire(thread, { replace: false });
+    }, LOAD_TIMEOUT_MS);
     worker.on('message', (m: FromThread) => this.onMessage(thread, m));
     worker.on('error', (err: Error & { code?: string }) => {
       const task = thread.task;
@@ -237,6 +274,12 @@ export class SandboxPool {
   }
 
   private onMessage(thread: Thread, m: FromThread): void {
+    if (m.type === 'ready') {
+      thread.ready = true;
+      clearTimeout(thread.loadTimer);
+      this.dispatch();
+      return;
+    }
     const task = thread.task;
     if (!task || task.id !== m.id || task.settled) return;
     switch (m.type) {
@@ -304,12 +347,16 @@ export class SandboxPool {
   private forget(thread: Thread, { replace }: { replace: boolean } = { replace: true }): void {
     if (thread.gone) return;
     thread.gone = true;
+    clearTimeout(thread.loadTimer);
     const i = this.threads.indexOf(thread);
     if (i >= 0) this.threads.splice(i, 1);
     if (thread.task) this.release(thread.task);
     thread.task = null;
     // Keep the pool warm: the replacement loads what the lost thread had, before anyone waits for it.
-    if (replace && this.options.preload?.length && !this.closed && this.threads.length < this.maxThreads) this.spawn(thread.memoryMb, thread.modules);
+    // Only a thread that had loaded is replaced: one failing while loading would fail again.
+    if (replace && thread.ready && this.options.preload?.length && !this.closed && this.threads.length < this.maxThreads) {
+      this.spawn(thread.memoryMb, thread.modules);
+    }
     setImmediate(() => this.dispatch());
   }
 }

@@ -27,6 +27,8 @@ export type SerializedFault =
   | { app: false; name: string; message: string };
 
 export type FromThread =
+  /** The preload modules are imported: the thread takes work. */
+  | { type: 'ready' }
   /** The module is loaded and the handler starts: the call's time limit counts from here. */
   | { type: 'started'; id: number }
   | { type: 'progress'; id: number; progress: ToolProgress }

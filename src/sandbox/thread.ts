@@ -19,9 +19,10 @@ let current = 0;
 // Log lines travel to the parent, which writes them through the call's own logger.
 const log = pino({ level: config.LOG_LEVEL, base: undefined }, { write: (line: string) => send({ type: 'log', id: current, line }) });
 
-// Work posted meanwhile waits in the port's queue; a module that fails here fails again, visibly, on use.
+// A module that fails here fails again, visibly, when a call uses it.
 for (const m of preload) await import(m).catch(() => {});
 port.on('message', (m: ToThread) => void run(m));
+send({ type: 'ready' });
 
 async function run({ id, work, maxResultBytes }: ToThread): Promise<void> {
   current = id;

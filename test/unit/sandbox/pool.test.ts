@@ -19,6 +19,14 @@ afterAll(async () => {
 
 const call = (owner: string, extra: Partial<Parameters<SandboxPool['runTool']>[3]> = {}) => ({ owner, label: 'test', ...extra });
 
+async function waitFor(cond: () => boolean, ms = 10_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > until) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
 async function failure(p: Promise<unknown>): Promise<Error> {
   return p.then(
     () => {
@@ -101,9 +109,9 @@ describe('sandbox pool', () => {
   it('lets one owner hold at most its share of threads while others go ahead', async () => {
     // 4 threads, FAIR_SHARE 0.25: one task per owner at a time.
     const order: string[] = [];
-    const run = (owner: string, tag: string) => pool.runTool(echo, { ms: 300 }, ctx, call(owner)).then(() => order.push(tag));
+    const run = (owner: string, tag: string) => pool.runTool(echo, { ms: 1000 }, ctx, call(owner)).then(() => order.push(tag));
     const all = [run('greedy', 'g1'), run('greedy', 'g2'), run('greedy', 'g3'), run('polite', 'p1')];
-    await new Promise((r) => setTimeout(r, 100));
+    await waitFor(() => pool.stats().busy === 2);
     expect(pool.stats()).toMatchObject({ busy: 2, queued: 2 });
     await Promise.all(all);
     expect(order.indexOf('p1')).toBeLessThan(order.indexOf('g2'));
@@ -111,8 +119,8 @@ describe('sandbox pool', () => {
   });
 
   it('never runs more than SANDBOX_THREADS threads and queues the rest', async () => {
-    const all = Array.from({ length: 8 }, (_, i) => pool.runTool(echo, { ms: 200 }, ctx, call(`owner-${i}`)));
-    await new Promise((r) => setTimeout(r, 100));
+    const all = Array.from({ length: 8 }, (_, i) => pool.runTool(echo, { ms: 1000 }, ctx, call(`owner-${i}`)));
+    await waitFor(() => pool.stats().busy === 4);
     expect(pool.stats()).toMatchObject({ busy: 4, queued: 4 });
     expect(pool.stats().threads).toBe(4);
     await Promise.all(all);
