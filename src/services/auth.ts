@@ -1,7 +1,9 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
+import { z } from 'zod';
 import { AppError } from '../errors.js';
-import type { AccountsRepo, KeyRecord } from '../db/accounts-repo.js';
+import { sql, type DatabasePool } from '../db/pool.js';
+import { KeyRecordSchema, type AccountsRepo, type KeyRecord } from '../db/accounts-repo.js';
 import type { Plan } from '../tools/types.js';
 import { parseKey, type KeyType } from './keys.js';
 
@@ -135,6 +137,20 @@ export interface FrontDoorOptions {
   negativeTtlMs: number;
   /** Per-address throttle of failed authentications; applied when `authenticate` is given an address. */
   throttle?: AuthFailureThrottle;
+  /** For batched lookups of keys from throttled addresses (one query for many keys); else one query each. */
+  pool?: DatabasePool;
+}
+
+const KeyRowSchema = KeyRecordSchema.extend({ key_hash: z.string() });
+
+/** AccountsRepo.findKeyByHash for many keys in one query. */
+async function findKeysByHash(pool: DatabasePool, hashes: string[]): Promise<Map<string, KeyRecord>> {
+  const rows = await pool.any(sql.type(KeyRowSchema)`
+    SELECT k.key_hash, k.id AS key_id, k.account_id, k.type, k.name, a.plan, a.rpm, a.elite, a.max_in_flight,
+           k.monthly_limit_cents, k.allowed_tools, k.revoked_at
+    FROM api_keys k JOIN accounts a ON a.id = k.account_id
+    WHERE k.key_hash = ANY(${sql.array(hashes, 'text')})`);
+  return new Map(rows.map(({ key_hash, ...record }) => [key_hash, record]));
 }
 
 /** Bounds of the in-memory key state, so a flood of random keys cannot grow the process without end. */
@@ -143,6 +159,13 @@ const MAX_UNKNOWN = 50_000;
 const MAX_RECENT = 50_000;
 /** A key that authenticated within this long skips the address throttle check (no Redis round trip). */
 const RECENT_MS = 10 * 60_000;
+/**
+ * Keys from addresses past their failure limit are looked up together: at most one query per this
+ * many milliseconds per replica, whatever the flood, so a valid key from such an address still works.
+ */
+const BATCH_SPACING_MS = 20;
+/** Keys waiting for the next batched lookup; more from throttled addresses are refused at once. */
+const MAX_BATCH = 1_000;
 
 function keyNotFound(): AppError {
   return new AppError('key_not_found', 'API key does not exist or was revoked');
@@ -162,8 +185,10 @@ function putBounded<V>(map: Map<string, V>, key: string, value: V, max: number):
  *
  * In front of the lookup: keys that do not exist are remembered as such for KEY_NEGATIVE_CACHE_SECONDS
  * (no Postgres query for a repeated wrong key), concurrent lookups of one key share one query, and an
- * address past AUTH_FAIL_PER_MINUTE failed authentications is refused before any lookup. Keys are
- * random, so an unknown key never turns valid while remembered; a revoked one never comes back.
+ * address past AUTH_FAIL_PER_MINUTE failed authentications is answered 429 for every key that fails;
+ * its keys cost no query of their own (one batched query serves every throttled key of a moment), so a
+ * valid key from that address still works. Keys are random, so an unknown key never turns valid while
+ * remembered; a revoked one never comes back.
  */
 export class KeyAuthenticator {
   private readonly cache = new Map<string, { at: number; record: KeyRecord }>();
@@ -176,6 +201,14 @@ export class KeyAuthenticator {
   private generation = 0;
   private negativeTtlMs = 0;
   private throttle: AuthFailureThrottle | undefined;
+  private pool: DatabasePool | undefined;
+  /** Keys from throttled addresses waiting for the next batched lookup, with their waiters. */
+  private queued = new Map<string, Array<{ resolve(r: KeyRecord | null): void; reject(e: unknown): void }>>();
+  private batchTimer: NodeJS.Timeout | null = null;
+  private batchRunning = false;
+  private lastBatchAt = 0;
+  /** Batched lookups run so far (Postgres queries on behalf of throttled addresses). */
+  batchedLookups = 0;
   readonly channel: string;
 
   constructor(
@@ -191,6 +224,7 @@ export class KeyAuthenticator {
   configure(opts: Partial<FrontDoorOptions>): void {
     if (opts.negativeTtlMs !== undefined) this.negativeTtlMs = opts.negativeTtlMs;
     if (opts.throttle !== undefined) this.throttle = opts.throttle;
+    if (opts.pool !== undefined) this.pool = opts.pool;
   }
 
   /** Subscribes to key changes; `sub` must be a connection dedicated to subscriptions. */
@@ -209,8 +243,8 @@ export class KeyAuthenticator {
 
   /**
    * `address` is the client's address; with it (and a throttle configured) failures count against
-   * that address, and an address past its limit is refused 429 before its key is looked up. A key
-   * that authenticated recently skips that check, so valid keys never wait on it.
+   * that address, and once it is past its limit every failure is a 429 and its unknown keys go to the
+   * batched lookup. A key that authenticated recently skips the check, so valid keys never wait on it.
    */
   async authenticate(header: string | undefined, address?: string): Promise<KeyCaller> {
     const throttle = address !== undefined ? this.throttle : undefined;
@@ -239,19 +273,24 @@ export class KeyAuthenticator {
         this.unknown.delete(hash);
       }
       const seen = this.recent.get(hash);
-      if (throttle && !(seen !== undefined && now - seen <= RECENT_MS)) {
-        const refusal = await throttle.blocked(address!);
-        if (refusal) throw refusal;
+      const blocked = throttle && !(seen !== undefined && now - seen <= RECENT_MS) ? await throttle.blocked(address!) : null;
+      if (blocked) {
+        // Past its limit, an address's keys cost no query of their own: they wait (milliseconds) for
+        // the next batched lookup, so a flood of random keys adds one query per batch, not per request.
+        if (this.queued.size >= MAX_BATCH && !this.queued.has(hash)) throw blocked;
+        record = await this.lookupBatched(hash);
+      } else {
+        record = await this.lookup(hash);
       }
-      record = await this.lookup(hash);
     }
     if (!record) {
       this.recent.delete(hash);
       return fail(keyNotFound());
     }
     if (record.type === 'vip' && !(record.plan === 'enterprise' && record.elite)) {
-      // Not remembered as unknown: the account may become elite enterprise again.
-      return fail(new AppError('key_not_found', "API key no longer authenticates: this VIP key's account is no longer enterprise and elite"));
+      // A real key whose account changed, not a guess: not counted against the address, and not
+      // remembered as unknown (the account may become elite enterprise again).
+      throw new AppError('key_not_found', "API key no longer authenticates: this VIP key's account is no longer enterprise and elite");
     }
     if (throttle) putBounded(this.recent, hash, now, MAX_RECENT);
     return callerFromRecord(record);
@@ -264,26 +303,71 @@ export class KeyAuthenticator {
     const generation = this.generation;
     const p = this.accounts
       .findKeyByHash(hash)
-      .then((found) => {
-        const record = found && !found.revoked_at ? found : null;
-        const now = Date.now();
-        if (record) {
-          // A record read before a key change may be stale; one read after it is cached by its own lookup.
-          if (this.ttlMs > 0 && generation === this.generation) {
-            if (this.cache.size >= MAX_CACHED) this.cache.clear();
-            this.cache.set(hash, { at: now, record });
-          }
-        } else if (this.negativeTtlMs > 0) {
-          // Never stale: no key change makes a missing or revoked key valid.
-          putBounded(this.unknown, hash, now + this.negativeTtlMs, MAX_UNKNOWN);
-        }
-        return record;
-      })
+      .then((found) => this.remember(hash, found, generation))
       .finally(() => {
         if (this.inflight.get(hash) === p) this.inflight.delete(hash);
       });
     this.inflight.set(hash, p);
     return p;
+  }
+
+  /** Caches a lookup's answer and returns the record if the key is live. */
+  private remember(hash: string, found: KeyRecord | null, generation: number): KeyRecord | null {
+    const record = found && !found.revoked_at ? found : null;
+    const now = Date.now();
+    if (record) {
+      // A record read before a key change may be stale; one read after it is cached by its own lookup.
+      if (this.ttlMs > 0 && generation === this.generation) {
+        if (this.cache.size >= MAX_CACHED) this.cache.clear();
+        this.cache.set(hash, { at: now, record });
+      }
+    } else if (this.negativeTtlMs > 0) {
+      // Never stale: no key change makes a missing or revoked key valid.
+      putBounded(this.unknown, hash, now + this.negativeTtlMs, MAX_UNKNOWN);
+    }
+    return record;
+  }
+
+  private lookupBatched(hash: string): Promise<KeyRecord | null> {
+    return new Promise((resolve, reject) => {
+      const waiters = this.queued.get(hash);
+      if (waiters) waiters.push({ resolve, reject });
+      else this.queued.set(hash, [{ resolve, reject }]);
+      this.scheduleBatch();
+    });
+  }
+
+  private scheduleBatch(): void {
+    if (this.batchRunning || this.batchTimer || this.queued.size === 0) return;
+    const wait = Math.max(0, this.lastBatchAt + BATCH_SPACING_MS - Date.now());
+    this.batchTimer = setTimeout(() => {
+      this.batchTimer = null;
+      void this.runBatch();
+    }, wait);
+  }
+
+  private async runBatch(): Promise<void> {
+    const batch = this.queued;
+    this.queued = new Map();
+    this.batchRunning = true;
+    this.lastBatchAt = Date.now();
+    this.batchedLookups++;
+    const generation = this.generation;
+    const hashes = [...batch.keys()];
+    try {
+      const found = this.pool
+        ? await findKeysByHash(this.pool, hashes)
+        : new Map((await Promise.all(hashes.map(async (h) => [h, await this.accounts.findKeyByHash(h)] as const))).filter((e): e is [string, KeyRecord] => !!e[1]));
+      for (const [hash, waiters] of batch) {
+        const record = this.remember(hash, found.get(hash) ?? null, generation);
+        for (const w of waiters) w.resolve(record);
+      }
+    } catch (e) {
+      for (const waiters of batch.values()) for (const w of waiters) w.reject(e);
+    } finally {
+      this.batchRunning = false;
+      this.scheduleBatch();
+    }
   }
 
   /**

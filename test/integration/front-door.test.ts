@@ -120,7 +120,7 @@ describe('throttle before authentication', () => {
     }
   });
 
-  it('past AUTH_FAIL_PER_MINUTE failures an address gets 429 with Retry-After and no lookup; its valid key still works', async () => {
+  it('past AUTH_FAIL_PER_MINUTE failures an address gets 429 with Retry-After and no lookup of its own; valid keys from it still work', async () => {
     const limit = h.config.AUTH_FAIL_PER_MINUTE;
     const address = newAddress();
     const acct = await h.account('enterprise', 100, { rpm: 100_000 });
@@ -138,8 +138,15 @@ describe('throttle before authentication', () => {
       const err = expectEnvelope(last!, 429, 'rate_limited');
       expect(Number(last!.headers['retry-after'])).toBeGreaterThan(0);
       expect(err.retry_after).toBe(Number(last!.headers['retry-after']));
-      // Only the failures under the limit reached Postgres.
+      // Only the failures under the limit had lookups of their own.
       expect(spy).toHaveBeenCalledTimes(limit);
+
+      // A flood from the throttled address costs one query per batch, not one per request.
+      const batchesBefore = h.container.api!.auth.batchedLookups;
+      const flood = await Promise.all(Array.from({ length: 300 }, () => getBalance(address, randomKey())));
+      expect(flood.every((r) => r.statusCode === 429)).toBe(true);
+      expect(spy).toHaveBeenCalledTimes(limit);
+      expect(h.container.api!.auth.batchedLookups - batchesBefore).toBeLessThanOrEqual(5);
 
       // Keyless and malformed requests from the address are refused the same way.
       expectEnvelope(await getBalance(address), 429, 'rate_limited');
@@ -147,6 +154,11 @@ describe('throttle before authentication', () => {
       // A valid key from the same address is not slowed down or refused, even once its cache entry lapsed.
       await new Promise((r) => setTimeout(r, h.config.KEY_CACHE_SECONDS * 1000 + 50));
       for (let i = 0; i < 3; i++) expect((await getBalance(address, acct.apiKey)).statusCode).toBe(200);
+      // So does a valid key the service has never seen from this address.
+      const fresh = await h.account('pro', 0);
+      expect((await getBalance(address, fresh.apiKey)).statusCode).toBe(200);
+      // One more lookup of its own: the known valid key's, once its cache entry lapsed.
+      expect(spy).toHaveBeenCalledTimes(limit + 1);
       // Other addresses are untouched.
       expectEnvelope(await getBalance(newAddress(), randomKey()), 401, 'key_not_found');
       expect((await getBalance(newAddress(), acct.apiKey)).statusCode).toBe(200);
@@ -215,6 +227,22 @@ describe('VIP keys follow their account', () => {
     await h.admin.setAccount(acct.accountId, { elite: false });
     await refused();
     expect((await postJson(address, '/tools/compute', acct.apiKey, '{"expression":"1+1"}')).statusCode).toBe(200);
+  });
+});
+
+describe('VIP keys and the address throttle', () => {
+  it('a VIP key refused for its account is a real key, not a guess: 401 even from a throttled address, and not counted', async () => {
+    const address = newAddress();
+    const acct = await h.account('enterprise', 100, { rpm: 100_000 });
+    await h.admin.setAccount(acct.accountId, { elite: true });
+    const vip = await h.key(acct.accountId, 'vip');
+    await h.admin.setAccount(acct.accountId, { elite: false });
+    await vi.waitFor(async () => expect((await getBalance(address, vip.apiKey)).statusCode).toBe(401), { timeout: 2_000, interval: 20 });
+    for (let i = 0; i < h.config.AUTH_FAIL_PER_MINUTE + 5; i++) await getBalance(address, vip.apiKey);
+    expectEnvelope(await getBalance(address, randomKey()), 401, 'key_not_found'); // the address is not throttled
+    for (let i = 0; i < h.config.AUTH_FAIL_PER_MINUTE; i++) await getBalance(address);
+    expectEnvelope(await getBalance(address), 429, 'rate_limited'); // now it is
+    expectEnvelope(await getBalance(address, vip.apiKey), 401, 'key_not_found');
   });
 });
 
