@@ -57,17 +57,22 @@ export function installConnectionLimits(server: Server, config: Config, onRefuse
   });
 
   // CONNECTION_TIMEOUT_MS closes sockets without traffic. A call waiting on its job (a long chat
-  // completion, an MCP tools/call) sends nothing until the job ends: that silence is ours, not the
-  // client's, so such a socket is kept. Once the response has started, silence is the client not
-  // reading (or gone), and the socket is closed. Listening here replaces Node's default, which is
-  // to destroy every socket that times out.
+  // completion, an MCP tools/call) sends nothing until the job ends, and an event stream may be
+  // silent between a job's events (MCP progress streams have no heartbeat): that silence is ours,
+  // not the client's, and ends with the job, so such a socket is kept. Once any other response has
+  // started, silence is the client not reading (or gone), and the socket is closed. Listening here
+  // replaces Node's default, which is to destroy every socket that times out.
   const current = new WeakMap<Socket, ServerResponse>();
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     current.set(req.socket, res);
   });
   server.on('timeout', (socket: Socket) => {
     const res = current.get(socket);
-    if (res && !res.headersSent && !res.writableEnded) return;
+    if (res && !res.writableEnded && (!res.headersSent || isEventStream(res))) return;
     socket.destroy();
   });
+}
+
+function isEventStream(res: ServerResponse): boolean {
+  return /^text\/event-stream/i.test(String(res.getHeader('content-type') ?? ''));
 }

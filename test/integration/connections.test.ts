@@ -2,6 +2,7 @@ import { request } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startHarness, type Harness } from '../helpers/harness.js';
+import { startFakeOpenAI, type FakeOpenAI } from '../helpers/fake-openai.js';
 
 /**
  * Connection hygiene against a real listening server: clients that trickle their request are cut by
@@ -16,7 +17,7 @@ interface Reply {
 }
 
 /** One request on a connection of its own, from `localAddress`. */
-function call(port: number, opts: { method?: string; path: string; key?: string; body?: unknown; localAddress?: string }): Promise<Reply> {
+function call(port: number, opts: { method?: string; path: string; key?: string; body?: unknown; localAddress?: string; timeoutMs?: number }): Promise<Reply> {
   return new Promise((resolve, reject) => {
     const payload = opts.body === undefined ? undefined : JSON.stringify(opts.body);
     const req = request(
@@ -41,7 +42,7 @@ function call(port: number, opts: { method?: string; path: string; key?: string;
       },
     );
     req.on('error', reject);
-    req.setTimeout(10_000, () => req.destroy(new Error('client timeout')));
+    req.setTimeout(opts.timeoutMs ?? 10_000, () => req.destroy(new Error('client timeout')));
     req.end(payload);
   });
 }
@@ -167,5 +168,44 @@ describe('open connections per client address', () => {
     for (const t of sockets.slice(0, 5)) t.socket.destroy();
     await sleep(200);
     expect((await call(port, { path: '/health', localAddress: '127.0.0.1' })).status).toBe(200);
+  });
+});
+
+describe('idle connections', () => {
+  const CONNECTION_TIMEOUT_MS = 500;
+  let h: Harness;
+  let llm: FakeOpenAI;
+  let port: number;
+  const sockets: Tracked[] = [];
+
+  beforeAll(async () => {
+    llm = await startFakeOpenAI();
+    h = await startHarness({ CONNECTION_TIMEOUT_MS: String(CONNECTION_TIMEOUT_MS), LLM_BASE_URL: llm.baseURL }, { workers: ['llm'] });
+    port = Number(new URL(await h.app.listen({ port: 0, host: '127.0.0.1' })).port);
+  });
+  afterAll(async () => {
+    for (const t of sockets) t.socket.destroy();
+    await h?.close();
+    await llm?.close();
+  });
+
+  it('a silent socket is closed after CONNECTION_TIMEOUT_MS, but not one whose answer waits on its job', async () => {
+    const t0 = Date.now();
+    const idle = await open(port, '127.0.0.1', t0);
+    sockets.push(idle);
+    // The model takes three connection timeouts to answer; the client hears nothing meanwhile.
+    llm.enqueue({ type: 'tokens', tokens: ['slow', ' answer'], beforeToken: (i) => (i === 0 ? sleep(3 * CONNECTION_TIMEOUT_MS) : undefined) });
+    const acct = await h.account('starter', 10);
+    const res = await call(port, {
+      method: 'POST',
+      path: '/v1/chat/completions',
+      key: acct.apiKey,
+      body: { model: 'svc-hints', messages: [{ role: 'user', content: 'hi' }] },
+      timeoutMs: 10_000,
+    });
+    expect(res.status).toBe(200);
+    expect(JSON.parse(res.body).choices[0].message.content).toBe('slow answer');
+    expect(idle.closedAt).not.toBeNull();
+    expect(idle.closedAt!).toBeLessThan(3 * CONNECTION_TIMEOUT_MS + 1_000);
   });
 });
