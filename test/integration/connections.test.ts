@@ -69,7 +69,7 @@ function open(port: number, localAddress: string, t0: number): Promise<Tracked> 
 
 const serverConnections = (h: Harness) => new Promise<number>((resolve, reject) => h.app.server.getConnections((e, n) => (e ? reject(e) : resolve(n))));
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 async function until(cond: () => boolean, timeoutMs: number): Promise<void> {
   const end = Date.now() + timeoutMs;
