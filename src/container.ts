@@ -18,7 +18,7 @@ import { isolatedModules } from './tools/index.js';
 import { KeyAuthenticator } from './services/auth.js';
 import { CallService } from './services/calls.js';
 import { RateLimiter } from './services/rate-limit.js';
-import { Idempotency } from './services/idempotency.js';
+import { Idempotency } from './calls/idempotency.js';
 import { PayPerCall } from './services/pay-per-call.js';
 import { createSettler } from './services/x402/settler.js';
 import { InFlightSlots, slotOwner } from './access/in-flight.js';

@@ -1,8 +1,9 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '../errors.js';
+import { awaitJobBody as awaitJob } from '../calls/await-job.js';
 import type { CallAnswer } from '../services/calls.js';
 import type { KeyCaller } from '../services/auth.js';
-import { Idempotency, type StoredResponse } from '../services/idempotency.js';
+import { Idempotency, type StoredResponse, type TrackJob } from '../calls/idempotency.js';
 import { payPerCallFor, sendPaidToolCall } from './paid-calls.js';
 import { protocolServices, streamToolCall, wantsEventStream } from './stream.js';
 
@@ -26,17 +27,44 @@ export function answerResponse(answer: CallAnswer): StoredResponse {
   };
 }
 
+/** A job's answer (a chain or parallel root: the whole request's) for `caller`, waiting while it runs. */
+export function awaitJobBody(req: FastifyRequest, caller: KeyCaller, jobId: string): Promise<Record<string, unknown> | null> {
+  const { container } = req.server;
+  const { protocol } = protocolServices(container);
+  return awaitJob(container.api!.dispatcher, (id) => protocol.jobStatus(caller, id), jobId, container.config.SYNC_TIMEOUT_MS);
+}
+
+/** Answers a retry whose first request died after queueing `jobIds` (root first): from the job, as the first would have. */
+export async function answerFromJob(req: FastifyRequest, caller: KeyCaller, jobIds: string[]): Promise<StoredResponse | null> {
+  const jobId = jobIds[0]!;
+  const job = await awaitJobBody(req, caller, jobId);
+  if (!job) return null;
+  const { job_id: _id, status, ...rest } = job;
+  if (status !== 'completed') {
+    const statusUrl = `/jobs/${jobId}`;
+    return { status: 202, headers: { 'x-job-id': jobId, location: statusUrl }, body: { job_id: jobId, status, status_url: statusUrl } };
+  }
+  return { status: 200, headers: { 'x-job-id': jobId }, body: rest };
+}
+
 /**
  * Runs `exec` under the request's Idempotency-Key when it has one: a retry with the same key and body
- * answers with the first response and runs nothing.
+ * answers with the first response and runs nothing. `exec` passes `track` on as its calls' onJobId,
+ * so a retry after this process died answers from the job (`recover`, by default as POST /tools would).
  */
-export async function sendIdempotent(req: FastifyRequest, reply: FastifyReply, caller: KeyCaller, exec: () => Promise<StoredResponse>) {
+export async function sendIdempotent(
+  req: FastifyRequest,
+  reply: FastifyReply,
+  caller: KeyCaller,
+  exec: (track?: TrackJob) => Promise<StoredResponse>,
+  recover: (jobIds: string[]) => Promise<StoredResponse | null> = (ids) => answerFromJob(req, caller, ids),
+) {
   const idemKey = req.headers['idempotency-key'];
   let res: StoredResponse;
   if (typeof idemKey === 'string') {
     const { idempotency } = req.server.container.api!;
     const fingerprint = Idempotency.fingerprint(req.method, req.url, req.body);
-    const out = await idempotency.run(caller.keyId, idemKey, fingerprint, exec);
+    const out = await idempotency.run(caller.keyId, idemKey, fingerprint, exec, recover);
     if (out.replayed) reply.header('idempotent-replayed', 'true');
     res = out;
     if (out.replayed && out.status >= 400) {
@@ -62,12 +90,13 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
     const caller = await app.authenticate(req, reply);
     // Accept: text/event-stream answers with Server-Sent Events (src/routes/stream.ts).
     if (wantsEventStream(req)) return streamToolCall(app, req, reply, caller, { requestId: req.id, edgeToken: edgeTokenHeader(req) });
-    return sendIdempotent(req, reply, caller, async () =>
+    return sendIdempotent(req, reply, caller, async (track) =>
       answerResponse(
         await calls.call(caller, req.params.name, req.body, {
           requestId: req.id,
           respondAsync: wantsAsync(req),
           edgeToken: edgeTokenHeader(req),
+          onJobId: track,
         }),
       ),
     );

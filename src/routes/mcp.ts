@@ -118,7 +118,7 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
     }
     const idempotencyKey = req.headers['idempotency-key'];
     const server = createMcpServer(
-      { calls, dispatcher, idempotency },
+      { calls, dispatcher, idempotency, syncTimeoutMs: app.container.config.SYNC_TIMEOUT_MS },
       {
         caller: req.caller!,
         requestId: req.id,

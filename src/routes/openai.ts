@@ -6,7 +6,8 @@ import type { JobEvent } from '../queue/dispatcher.js';
 import type { KeyCaller } from '../services/auth.js';
 import { authorizeTool } from '../services/calls.js';
 import { JobWatch } from '../services/job-watch.js';
-import { sendIdempotent } from './calls.js';
+import { awaitJobBody, sendIdempotent } from './calls.js';
+import { ClientGone, stillRunning, type TrackJob } from '../calls/idempotency.js';
 import type { CallResult } from '../services/runner.js';
 import { parseOrThrow } from '../services/validation.js';
 import { dollars } from '../tools/index.js';
@@ -209,12 +210,24 @@ const nowSeconds = () => Math.floor(Date.now() / 1000);
  * plain HTTP errors. A client that hangs up stops the wait; the job still finishes and is charged if
  * it succeeds, as with a REST call whose client goes away.
  */
-async function startChat(req: FastifyRequest, reply: FastifyReply, caller: KeyCaller, tool: AnyTool, input: unknown, body: ChatCompletionRequest) {
+async function startChat(
+  req: FastifyRequest,
+  reply: FastifyReply,
+  caller: KeyCaller,
+  tool: AnyTool,
+  input: unknown,
+  body: ChatCompletionRequest,
+  track?: TrackJob,
+) {
   const { calls, dispatcher } = req.server.container.api!;
   const watch = new JobWatch(dispatcher, !!body.stream);
+  const onJobId = async (id: string) => {
+    watch.attach(id);
+    await track?.(id);
+  };
   let jobId: string;
   try {
-    ({ jobId } = await calls.call(caller, tool.name, input, { requestId: req.id, respondAsync: true, onJobId: watch.attach }));
+    ({ jobId } = await calls.call(caller, tool.name, input, { requestId: req.id, respondAsync: true, onJobId }));
   } catch (e) {
     watch.stop();
     throw asChatError(e, tool, body);
@@ -252,32 +265,51 @@ export async function openAiRoutes(app: FastifyInstance): Promise<void> {
       return streamCompletion(reply, watch, jobId, body, req.id);
     }
     // Non-streaming answers are stored under an Idempotency-Key like tool calls: a retry with the same
-    // key and body gets the first completion again and runs (and charges) nothing.
-    return sendIdempotent(req, reply, caller, async () => {
-      const { watch, jobId } = await startChat(req, reply, caller, tool, input, body);
-      const done = await watch.finished;
-      if (done.state === 'failed') throw failedWithJob(done.error, jobId);
-      if (done.state === 'stopped') {
+    // key and body gets the first completion again and runs (and charges) nothing. A client that hangs
+    // up keeps the key: its retry gets the completion of the job the first request started.
+    return sendIdempotent(
+      req,
+      reply,
+      caller,
+      async (track) => {
+        const { watch, jobId } = await startChat(req, reply, caller, tool, input, body, track);
+        const done = await watch.finished;
+        if (done.state === 'failed') throw failedWithJob(done.error, jobId);
         // The client is gone and no one can be answered; the job still completes and is charged.
-        throw new AppError('internal_error', 'The client disconnected before the completion finished', { job_id: jobId });
-      }
-      const r = toolText(done.value.result);
-      return {
-        status: 200,
-        headers: { 'x-job-id': jobId },
-        body: {
-          id: `chatcmpl-${jobId}`,
-          object: 'chat.completion',
-          created: nowSeconds(),
-          model: body.model,
-          system_fingerprint: null,
-          choices: [{ index: 0, message: { role: 'assistant', content: r.text, refusal: null }, logprobs: null, finish_reason: finishReason(r.finish_reason) }],
-          ...(r.usage ? { usage: r.usage } : {}),
-          tollgate: billing(jobId, done.value),
-        },
-      };
-    });
+        if (done.state === 'stopped') throw new ClientGone();
+        return completionResponse(jobId, done.value, body.model);
+      },
+      async (jobIds) => {
+        const jobId = jobIds[0]!;
+        const job = await awaitJobBody(req, caller, jobId);
+        if (!job) return null;
+        const { job_id: _id, status, ...value } = job;
+        if (status !== 'completed') {
+          throw asChatError(stillRunning(jobId), tool, body);
+        }
+        return completionResponse(jobId, value as unknown as CallResult, body.model);
+      },
+    );
   });
+}
+
+/** A finished job as a non-streaming chat completion. */
+function completionResponse(jobId: string, value: CallResult, model: string) {
+  const r = toolText(value.result);
+  return {
+    status: 200,
+    headers: { 'x-job-id': jobId },
+    body: {
+      id: `chatcmpl-${jobId}`,
+      object: 'chat.completion',
+      created: nowSeconds(),
+      model,
+      system_fingerprint: null,
+      choices: [{ index: 0, message: { role: 'assistant', content: r.text, refusal: null }, logprobs: null, finish_reason: finishReason(r.finish_reason) }],
+      ...(r.usage ? { usage: r.usage } : {}),
+      tollgate: billing(jobId, value),
+    },
+  };
 }
 
 /**

@@ -3,7 +3,7 @@ import { AppError, envelope } from '../errors.js';
 import { getTool } from '../tools/index.js';
 import { inputJsonSchema } from '../services/catalogue.js';
 import { takeEdgeToken } from '../services/calls.js';
-import { Idempotency, type StoredResponse } from '../services/idempotency.js';
+import { Idempotency, type StoredResponse } from '../calls/idempotency.js';
 import type { PayPerCall, PaidRun } from '../services/pay-per-call.js';
 import { isPaymentError, paymentErrorBody } from '../services/x402/index.js';
 import { answerResponse, edgeTokenHeader } from './calls.js';

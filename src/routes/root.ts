@@ -19,8 +19,8 @@ export async function rootRoutes(app: FastifyInstance): Promise<void> {
     if (at) return resumeEventStream(app, req, reply, caller, at);
     const request = parseProtocolRequest(req.body);
     const opts = { requestId: req.id, edgeToken: edgeTokenHeader(req), respondAsync: wantsAsync(req) };
-    if (request.stream) return startEventStream(app, req, reply, caller, () => protocol.start(caller, request, opts));
-    return sendIdempotent(req, reply, caller, () => protocol.answer(caller, request, opts));
+    if (request.stream) return startEventStream(app, req, reply, caller, (track) => protocol.start(caller, request, { ...opts, onJobId: track }));
+    return sendIdempotent(req, reply, caller, (track) => protocol.answer(caller, request, { ...opts, onJobId: track }));
   });
 }
 

@@ -1,11 +1,11 @@
 import type { OutgoingHttpHeaders } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Container } from '../container.js';
-import { AppError, envelope } from '../errors.js';
+import { AppError, isAppError, envelope } from '../errors.js';
 import { FlowRecords } from '../queue/flows.js';
 import { JobEventLog } from '../queue/job-events.js';
 import type { KeyCaller } from '../services/auth.js';
-import { Idempotency, type StoredResponse } from '../services/idempotency.js';
+import { Idempotency, type StoredResponse, type TrackJob } from '../calls/idempotency.js';
 import { ProtocolService, type ProtocolOptions, type StreamTarget } from '../services/protocol.js';
 import { JobFollower, parseEventId, rootIdOf, type EventCursor, type SseEvent } from '../services/sse.js';
 
@@ -124,16 +124,29 @@ export async function startEventStream(
   req: FastifyRequest,
   reply: FastifyReply,
   caller: KeyCaller,
-  start: () => Promise<StreamTarget>,
+  start: (track?: TrackJob) => Promise<StreamTarget>,
 ) {
   const idemKey = req.headers['idempotency-key'];
   if (typeof idemKey !== 'string') return sendEventStream(app, req, reply, await start());
   let started: StreamTarget | null = null;
-  const out = await app.container.api!.idempotency.run(caller.keyId, idemKey, Idempotency.fingerprint(req.method, req.url, req.body), async () => {
-    started = await start();
-    const jobId = rootIdOf(started);
-    return { status: 202, headers: { 'x-job-id': jobId }, body: { job_id: jobId, status: 'queued', status_url: `/jobs/${jobId}` } };
-  });
+  const queued = (jobId: string): StoredResponse => ({ status: 202, headers: { 'x-job-id': jobId }, body: { job_id: jobId, status: 'queued', status_url: `/jobs/${jobId}` } });
+  const fingerprint = Idempotency.fingerprint(req.method, req.url, req.body);
+  const out = await app.container.api!.idempotency.run(
+    caller.keyId,
+    idemKey,
+    fingerprint,
+    async (track) => {
+      started = await start(track);
+      return queued(rootIdOf(started));
+    },
+    // The first request died after queueing: follow its job (root first) like any replay, if it exists.
+    async (jobIds) => {
+      const exists = await protocolServices(app.container)
+        .protocol.target(caller, jobIds[0]!)
+        .then(() => true, (e: unknown) => (isAppError(e) && e.code === 'not_found' ? false : Promise.reject(e)));
+      return exists ? queued(jobIds[0]!) : null;
+    },
+  );
   if (started) return sendEventStream(app, req, reply, started);
   reply.header('idempotent-replayed', 'true');
   const jobId = (out.body as { job_id?: unknown } | null)?.job_id;
@@ -160,7 +173,7 @@ export async function streamToolCall(
   const at = lastEventCursor(req);
   if (at) return resumeEventStream(app, req, reply, caller, at);
   const { protocol } = protocolServices(app.container);
-  return startEventStream(app, req, reply, caller, () => protocol.startTool(caller, req.params.name, req.body, opts));
+  return startEventStream(app, req, reply, caller, (track) => protocol.startTool(caller, req.params.name, req.body, { ...opts, onJobId: track }));
 }
 
 export async function streamRoutes(app: FastifyInstance): Promise<void> {

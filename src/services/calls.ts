@@ -27,7 +27,7 @@ export interface CallOptions {
    * Called with the job id after admission, just before the job is queued. Subscribe to the
    * dispatcher here to be sure of seeing every progress event (the chat and MCP endpoints do).
    */
-  onJobId?: (jobId: string) => void;
+  onJobId?: (jobId: string) => void | Promise<void>;
 }
 
 /** Checks that the caller's plan and key may use the tool. */
@@ -144,8 +144,9 @@ export class CallService {
     const data = this.jobData(caller, tool, input, opts.requestId, edgeToken);
     await this.reserve(caller, [{ jobId, data }]);
     const wait = opts.respondAsync ? null : this.deps.dispatcher.waitFor(jobId, this.deps.config.SYNC_TIMEOUT_MS);
-    opts.onJobId?.(jobId);
     try {
+      // Awaited: an Idempotency-Key claim records the job before it can run.
+      await opts.onJobId?.(jobId);
       await this.deps.queues.add(tool.family, jobId, data);
     } catch (e) {
       wait?.cancel();

@@ -9,7 +9,8 @@ import {
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { AppError, ERROR_STATUS, isAppError } from '../errors.js';
-import { Idempotency } from './idempotency.js';
+import { ClientGone, Idempotency, stillRunning, type TrackJob } from '../calls/idempotency.js';
+import { awaitJobBody } from '../calls/await-job.js';
 import type { CompletionDispatcher } from '../queue/dispatcher.js';
 import { TOOLS, dollars, findTool } from '../tools/index.js';
 import type { AnyTool } from '../tools/types.js';
@@ -97,6 +98,8 @@ export interface McpDeps {
   calls: CallService;
   dispatcher: CompletionDispatcher;
   idempotency: Idempotency;
+  /** How long a retry answered from a dead request's job waits for it. */
+  syncTimeoutMs: number;
 }
 
 /**
@@ -121,7 +124,7 @@ export function createMcpServer(deps: McpDeps, ctx: McpRequestContext): Server {
     }
     // The edge token leaves the arguments here, before anything can queue, store or log them.
     const { input, edgeToken } = takeEdgeToken(request.params.arguments ?? {});
-    const run = () => runTool(name, input, edgeToken, request.params._meta?.progressToken, extra);
+    const run = (track?: TrackJob) => runTool(name, input, edgeToken, request.params._meta?.progressToken, extra, track);
     if (!ctx.idempotencyKey) return run();
     // Idempotency-Key as on REST calls: a retried tools/call with the same key and arguments gets the
     // first result and runs (and charges) nothing. Failures that charged nothing are stored with
@@ -131,14 +134,26 @@ export function createMcpServer(deps: McpDeps, ctx: McpRequestContext): Server {
         ctx.caller.keyId,
         ctx.idempotencyKey,
         Idempotency.fingerprint('MCP', `tools/call ${name}`, input),
-        async () => {
-          const result = await run();
-          const code = (result.structuredContent as { error?: { code?: string } } | undefined)?.error?.code;
-          return { status: result.isError ? ((ERROR_STATUS as Record<string, number>)[code ?? ''] ?? 500) : 200, headers: {}, body: result };
+        async (track) => stored(await run(track)),
+        // The first request died, or its client left, after queueing: answer from its job.
+        async (jobIds) => {
+          const jobId = jobIds[0]!;
+          let job: Record<string, unknown> | null;
+          try {
+            job = await awaitJobBody(deps.dispatcher, (id) => deps.calls.jobStatus(ctx.caller, id), jobId, deps.syncTimeoutMs);
+          } catch (e) {
+            if (!isAppError(e)) throw e;
+            return stored(failure(e));
+          }
+          if (!job) return null;
+          const { job_id: _id, status, ...value } = job;
+          if (status !== 'completed') throw stillRunning(jobId);
+          return stored(success(value as unknown as CallResult));
         },
       );
       return out.body as CallToolResult;
     } catch (e) {
+      if (e instanceof ClientGone) throw new McpError(ErrorCode.InternalError, 'The client went away before the tool finished');
       if (isAppError(e)) return failure(e);
       if (e instanceof McpError) throw e;
       // The SDK would send the error's own message to the client; internals stay in the log.
@@ -153,6 +168,8 @@ export function createMcpServer(deps: McpDeps, ctx: McpRequestContext): Server {
     edgeToken: string | undefined,
     progressToken: ProgressToken | undefined,
     extra: { signal: AbortSignal; sendNotification: SendNotification },
+    /** Records the job under the request's Idempotency-Key before it is queued. */
+    track?: TrackJob,
   ): Promise<CallToolResult> {
     const watch = new JobWatch(deps.dispatcher, progressToken !== undefined);
     // The client went away (the transport closed): stop waiting. The job still finishes and is
@@ -166,15 +183,21 @@ export function createMcpServer(deps: McpDeps, ctx: McpRequestContext): Server {
         requestId: ctx.requestId,
         respondAsync: true,
         edgeToken: edgeToken ?? ctx.edgeToken,
-        onJobId: watch.attach,
+        onJobId: async (id) => {
+          watch.attach(id);
+          await track?.(id);
+        },
       });
       if (progressToken !== undefined) forwardProgress(watch, progressToken, extra.sendNotification);
       const done = await watch.finished;
       if (done.state === 'completed') return success(done.value);
       if (done.state === 'failed') return failure(new AppError(done.error.code, done.error.message, { ...done.error.details, job_id: done.jobId }));
+      // Under an Idempotency-Key the claim outlives the client: its retry gets this job's result.
+      if (track) throw new ClientGone();
       return failure(new AppError('timeout', 'The request was cancelled before the tool finished'));
     } catch (e) {
       watch.stop();
+      if (e instanceof ClientGone) throw e;
       if (isAppError(e)) return failure(e);
       ctx.log.error({ err: e, tool: name }, 'MCP tools/call failed');
       throw new McpError(ErrorCode.InternalError, `Something went wrong on our side; request id ${ctx.requestId} helps us find it`);
@@ -205,6 +228,12 @@ function forwardProgress(watch: JobWatch, progressToken: ProgressToken, send: Se
       params: { progressToken, progress: last, ...(typeof p.total === 'number' ? { total: p.total } : {}), message },
     }).catch(() => {}); // the client may have gone; the result still settles the call
   });
+}
+
+/** A tools/call result as an Idempotency-Key stores it, with the HTTP status its error code has. */
+function stored(result: CallToolResult) {
+  const code = (result.structuredContent as { error?: { code?: string } } | undefined)?.error?.code;
+  return { status: result.isError ? ((ERROR_STATUS as Record<string, number>)[code ?? ''] ?? 500) : 200, headers: {}, body: result };
 }
 
 function success(body: CallResult): CallToolResult {

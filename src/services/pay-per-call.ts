@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import { sql, type DatabasePool } from '../db/pool.js';
 import { AppError, isAppError } from '../errors.js';
 import type { PayerCaller } from './auth.js';
-import type { Idempotency, StoredResponse } from './idempotency.js';
+import type { Idempotency, StoredResponse } from '../calls/idempotency.js';
 import type { RateLimiter } from './rate-limit.js';
 import { abandonPayment, admitPayment, completePayment, paymentRequiredError, type AdmittedPayment, type PaidCall, type X402Deps } from './x402/index.js';
 

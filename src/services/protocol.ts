@@ -136,7 +136,7 @@ export interface ProtocolOptions {
   edgeToken?: string;
   respondAsync?: boolean;
   /** Called with every job id the request queues, the flow's root first, before any is queued (pay-per-call tracks them). */
-  onJobId?: (jobId: string) => void;
+  onJobId?: (jobId: string) => void | Promise<void>;
 }
 
 /** A whole HTTP answer, so a wrapper (idempotency) can store and replay it. Failures are thrown. */
@@ -341,8 +341,8 @@ export class ProtocolService {
       sandbox: key?.sandbox ?? false,
       steps: steps.map((s, i) => ({ tool: tools[i]!.name, jobId: s.jobId, key: keys[i]! })),
     };
-    if (opts.onJobId) for (const id of [rootId, ...ids.filter((id) => id !== rootId)]) opts.onJobId(id);
     try {
+      if (opts.onJobId) for (const id of [rootId, ...ids.filter((id) => id !== rootId)]) await opts.onJobId(id);
       await flows.put(flow);
       beforeAdd?.(flow);
       await queues.addFlow(mode === 'chain' ? this.chainTree(steps) : this.parallelTree(rootId, steps, caller, opts.requestId));
