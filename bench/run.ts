@@ -15,7 +15,7 @@ import { loadConfig } from '../src/config.js';
 import { openPool } from '../src/db/pool.js';
 import { AccountsRepo } from '../src/db/accounts-repo.js';
 import { connectRedis, deleteByPrefix } from '../src/queue/redis.js';
-import { CreditReservations } from '../src/services/credits.js';
+import { CreditReservations } from '../src/money/holds.js';
 import { AdminService } from '../src/services/admin.js';
 import { checkServices, runMigrations, makeLogger } from '../src/bootstrap.js';
 

@@ -8,7 +8,7 @@ import { checkServices, configOrDie, runMigrations, makeLogger } from '../bootst
 import { openPool } from '../db/pool.js';
 import { AccountsRepo } from '../db/accounts-repo.js';
 import { connectRedis } from '../queue/redis.js';
-import { CreditReservations } from '../services/credits.js';
+import { CreditReservations } from '../money/holds.js';
 import { AdminService } from '../services/admin.js';
 import { AppError, isAppError } from '../errors.js';
 import { PLANS } from '../tools/types.js';

@@ -6,15 +6,38 @@ import type { AccountsRepo } from '../db/accounts-repo.js';
  * Credit reservation. Postgres holds the durable balance and the ledger; Redis holds, per account,
  * `avail` = credits minus the holds of admitted calls that have not settled yet. Admission takes a
  * hold with one Lua script, so N concurrent callers can never reserve more than the balance, and no
- * Postgres row lock sits on the hot path. Settlement (src/services/settler.ts) debits Postgres in
- * batches and then drops the holds; a failed call gives its hold back.
+ * Postgres row lock sits on the hot path. Settlement (src/money/settlement.ts) debits Postgres in
+ * batches and then drops the holds; a failed call gives its hold back. What a crash leaves behind
+ * (a hold whose job was never queued, a hold whose charge committed but was not dropped, a stale
+ * `avail`) is repaired by the reconciler (src/money/reconciler.ts), which uses the scripts at the end.
  *
  * Sub-keys get the same treatment for their calendar-month allowance: `subuse` counts settled plus
  * held cents for the month and the script refuses a hold that would pass `monthly_limit`.
  */
 
-// KEYS: avail, holds, subuse|''   ARGV: limit(-1 = none), n, then n pairs of holdId, amount
-const RESERVE = `
+/**
+ * A hold is one field of the account's `holds` hash: field = job id (the hold id), value =
+ * `amount|subuseKey|takenAtMs` (subuseKey empty without a sub-key; takenAt is Redis server time, so
+ * replicas' clocks do not matter). Values written before takenAt existed are `amount|subuseKey`:
+ * every script reads both, and the reconciler stamps old ones with the time it first sees them.
+ */
+const PARSE = `
+local function parse(v)
+  local s1 = string.find(v, '|', 1, true)
+  local amt = tonumber(string.sub(v, 1, s1 - 1))
+  local rest = string.sub(v, s1 + 1)
+  local s2 = string.find(rest, '|', 1, true)
+  if s2 then return amt, string.sub(rest, 1, s2 - 1), tonumber(string.sub(rest, s2 + 1)) end
+  return amt, rest, nil
+end
+local function nowMs()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+`;
+
+// KEYS: avail, holds, subuse|'', accounts   ARGV: limit(-1 = none), n, then n pairs of holdId, amount, then accountId
+const RESERVE = `${PARSE}
 local avail = redis.call('GET', KEYS[1])
 if not avail then return {-1, 0} end
 local total = 0
@@ -29,23 +52,24 @@ if limit >= 0 then
   redis.call('INCRBY', KEYS[3], total)
 end
 redis.call('DECRBY', KEYS[1], total)
+local now = nowMs()
 for i = 1, n do
-  redis.call('HSET', KEYS[2], ARGV[1 + 2 * i], ARGV[2 + 2 * i] .. '|' .. KEYS[3])
+  redis.call('HSET', KEYS[2], ARGV[1 + 2 * i], ARGV[2 + 2 * i] .. '|' .. KEYS[3] .. '|' .. now)
 end
+redis.call('SADD', KEYS[4], ARGV[3 + 2 * n])
 return {1, tonumber(avail) - total}
 `;
 
-// Gives holds back (failed calls). Idempotent: a hold already settled or released is skipped.
+// Gives holds back (failed calls, holds of jobs that never were queued). Idempotent: a hold already
+// settled or released is skipped.
 // KEYS: avail, holds   ARGV: holdIds...
-const RELEASE = `
+const RELEASE = `${PARSE}
 local back = 0
 for i = 1, #ARGV do
   local v = redis.call('HGET', KEYS[2], ARGV[i])
   if v then
     redis.call('HDEL', KEYS[2], ARGV[i])
-    local sep = string.find(v, '|', 1, true)
-    local amt = tonumber(string.sub(v, 1, sep - 1))
-    local sub = string.sub(v, sep + 1)
+    local amt, sub = parse(v)
     if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], amt) end
     if sub ~= '' and redis.call('EXISTS', sub) == 1 then redis.call('DECRBY', sub, amt) end
     back = back + amt
@@ -54,7 +78,18 @@ end
 return back
 `;
 
-// Top-ups: bump the epoch so a concurrent loader does not install a stale balance, then add.
+// Settled holds: their charges are in Postgres, whose balance already moved (avail excluded them
+// since admission). Bumps the settle counter so a reconciler pass that read Postgres before this
+// does not rebuild avail from a mix of before and after.
+// KEYS: holds, settles   ARGV: holdIds...
+const SETTLED = `
+local n = 0
+for i = 1, #ARGV do n = n + redis.call('HDEL', KEYS[1], ARGV[i]) end
+redis.call('INCR', KEYS[2])
+return n
+`;
+
+// Top-ups: bump the epoch so a concurrent loader or reconciler does not install a stale balance, then add.
 // KEYS: avail, epoch   ARGV: cents
 const TOPUP = `
 redis.call('INCR', KEYS[2])
@@ -62,16 +97,107 @@ if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], tonumbe
 return 1
 `;
 
-// KEYS: avail, epoch   ARGV: credits, epochSeen
-const LOAD = `
+// avail missing (first use, Redis flushed or restarted): credits from Postgres minus the holds still
+// in Redis (none after a restart without persistence; some if only avail was lost).
+// KEYS: avail, epoch, holds, accounts   ARGV: credits, epochSeen, accountId
+const LOAD = `${PARSE}
 local e = redis.call('GET', KEYS[2]) or '0'
 if e ~= ARGV[2] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'NX')
+local all = redis.call('HVALS', KEYS[3])
+local held = 0
+for i = 1, #all do held = held + parse(all[i]) end
+redis.call('SET', KEYS[1], tonumber(ARGV[1]) - held, 'NX')
+redis.call('SADD', KEYS[4], ARGV[3])
 return 1
 `;
 
-// KEYS: subuse   ARGV: used, ttlSeconds
-const LOAD_SUBUSE = `redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', tonumber(ARGV[2])) return 1`;
+// A sub-key's month: settled (Postgres) plus its live holds.
+// KEYS: subuse, holds, accounts, subkeys   ARGV: used, ttlSeconds, accountId, keyId
+const LOAD_SUBUSE = `${PARSE}
+local all = redis.call('HVALS', KEYS[2])
+local held = 0
+for i = 1, #all do
+  local amt, sub = parse(all[i])
+  if sub == KEYS[1] then held = held + amt end
+end
+redis.call('SET', KEYS[1], tonumber(ARGV[1]) + held, 'NX', 'EX', tonumber(ARGV[2]))
+redis.call('SADD', KEYS[3], ARGV[3])
+redis.call('SADD', KEYS[4], ARGV[4])
+return 1
+`;
+
+// Reconciler, first step: one consistent read of an account's money keys. Old-format holds (no
+// takenAt) are stamped with the current time, so they are released at the earliest one grace period
+// after the first pass that saw them.
+// KEYS: holds, epoch, settles, avail   ARGV: -
+const SNAPSHOT = `${PARSE}
+local now = nowMs()
+local all = redis.call('HGETALL', KEYS[1])
+local out = {}
+for i = 1, #all, 2 do
+  local v = all[i + 1]
+  local amt, sub, at = parse(v)
+  if not at then
+    v = v .. '|' .. now
+    redis.call('HSET', KEYS[1], all[i], v)
+  end
+  out[#out + 1] = all[i]
+  out[#out + 1] = v
+end
+return {redis.call('GET', KEYS[2]) or '0', redis.call('GET', KEYS[3]) or '0', tostring(now), redis.call('GET', KEYS[4]) or false, out}
+`;
+
+// Reconciler, last step: with Postgres's credits, the holds whose charges Postgres already has, and
+// each sub-key's settled month (all from one statement, so one snapshot), recompute
+//   avail  = credits - sum(holds not yet charged)
+//   subuse = settled this month + sum(that sub-key's holds not yet charged)
+// and, when `write`, set them and drop the charged holds. Refused (-1) when a top-up (epoch) or a
+// settlement (settles) moved since the snapshot: the Postgres read may then be on either side of it.
+// Admissions and releases need no such guard: they change avail and the holds together, atomically.
+// KEYS: avail, holds, epoch, settles, accounts
+// ARGV: epochSeen, settlesSeen, credits, write(0|1), accountId, nCharged, chargedIds..., nSub, (subuseKey, settled)...
+const REBUILD = `${PARSE}
+if (redis.call('GET', KEYS[3]) or '0') ~= ARGV[1] or (redis.call('GET', KEYS[4]) or '0') ~= ARGV[2] then return {-1, 0, 0, 0, 0} end
+local write = ARGV[4] == '1'
+local i = 6
+local nc = tonumber(ARGV[i])
+local charged = {}
+for j = 1, nc do charged[ARGV[i + j]] = true end
+i = i + nc + 1
+local all = redis.call('HGETALL', KEYS[2])
+local sum, dropped = 0, 0
+local subsum = {}
+for k = 1, #all, 2 do
+  if charged[all[k]] then
+    dropped = dropped + 1
+    if write then redis.call('HDEL', KEYS[2], all[k]) end
+  else
+    local amt, sub = parse(all[k + 1])
+    sum = sum + amt
+    if sub ~= '' then subsum[sub] = (subsum[sub] or 0) + amt end
+  end
+end
+local expected = tonumber(ARGV[3]) - sum
+local cur = redis.call('GET', KEYS[1])
+local availOff = 0
+if cur and tonumber(cur) ~= expected then
+  availOff = 1
+  if write then redis.call('SET', KEYS[1], expected) end
+end
+local subOff = 0
+local ns = tonumber(ARGV[i])
+for j = 1, ns do
+  local key = ARGV[i + 2 * j - 1]
+  local want = tonumber(ARGV[i + 2 * j]) + (subsum[key] or 0)
+  local have = redis.call('GET', key)
+  if have and tonumber(have) ~= want then
+    subOff = subOff + 1
+    if write then redis.call('SET', key, want, 'KEEPTTL') end
+  end
+end
+if write and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('HLEN', KEYS[2]) == 0 then redis.call('SREM', KEYS[5], ARGV[5]) end
+return {1, cur and tonumber(cur) or -1, expected, availOff + subOff, dropped}
+`;
 
 export interface Hold {
   holdId: string;
@@ -88,12 +214,47 @@ function monthTag(d = new Date()): string {
 }
 
 type Scripted = Redis & {
-  tgReserve(keys: 3, ...args: Array<string | number>): Promise<[number, number]>;
+  tgReserve(keys: 4, ...args: Array<string | number>): Promise<[number, number]>;
   tgRelease(keys: 2, ...args: string[]): Promise<number>;
+  tgSettled(keys: 2, ...args: string[]): Promise<number>;
   tgTopup(keys: 2, ...args: Array<string | number>): Promise<number>;
-  tgLoad(keys: 2, ...args: Array<string | number>): Promise<number>;
-  tgLoadSubuse(keys: 1, ...args: Array<string | number>): Promise<number>;
+  tgLoad(keys: 4, ...args: Array<string | number>): Promise<number>;
+  tgLoadSubuse(keys: 4, ...args: Array<string | number>): Promise<number>;
+  tgHoldSnapshot(keys: 4): Promise<[string, string, string, string | null, string[]]>;
+  tgHoldRebuild(keys: 5, ...args: Array<string | number>): Promise<[number, number, number, number, number]>;
 };
+
+/** One hold as stored: amount, the sub-key month it counts against ('' for none), when it was taken (Redis time, ms). */
+export interface StoredHold {
+  holdId: string;
+  amount: number;
+  subuseKey: string;
+  takenAt: number;
+}
+
+/** What the reconciler reads first (SNAPSHOT). */
+export interface HoldSnapshot {
+  epoch: string;
+  settles: string;
+  /** Redis server time, ms. */
+  now: number;
+  avail: number | null;
+  holds: StoredHold[];
+}
+
+/** What the reconciler read from Postgres, in one statement (one snapshot). */
+export interface PostgresView {
+  credits: number;
+  /** Hold ids whose charge is in the ledger. */
+  charged: string[];
+  /** subuse key -> cents settled this month by that sub-key. */
+  settledBySubuse: Map<string, number>;
+}
+
+export function parseHold(holdId: string, v: string): StoredHold {
+  const [amount, subuseKey = '', takenAt] = v.split('|');
+  return { holdId, amount: Number(amount), subuseKey, takenAt: takenAt ? Number(takenAt) : Number.NaN };
+}
 
 export class CreditReservations {
   private readonly redis: Scripted;
@@ -105,23 +266,41 @@ export class CreditReservations {
   ) {
     this.redis = redis as Scripted;
     const r: Redis = redis;
-    if (!('tgReserve' in r)) {
+    if (!('tgHoldRebuild' in r)) {
       r.defineCommand('tgReserve', { lua: RESERVE });
       r.defineCommand('tgRelease', { lua: RELEASE });
+      r.defineCommand('tgSettled', { lua: SETTLED });
       r.defineCommand('tgTopup', { lua: TOPUP });
       r.defineCommand('tgLoad', { lua: LOAD });
       r.defineCommand('tgLoadSubuse', { lua: LOAD_SUBUSE });
+      r.defineCommand('tgHoldSnapshot', { lua: SNAPSHOT });
+      r.defineCommand('tgHoldRebuild', { lua: REBUILD });
     }
   }
 
-  private availKey(accountId: string) {
+  availKey(accountId: string) {
     return `${this.prefix}:credit:avail:${accountId}`;
   }
-  private holdsKey(accountId: string) {
+  holdsKey(accountId: string) {
     return `${this.prefix}:credit:holds:${accountId}`;
   }
   private epochKey(accountId: string) {
     return `${this.prefix}:credit:epoch:${accountId}`;
+  }
+  /** Bumped by every settlement of the account's holds (see SETTLED). */
+  private settlesKey(accountId: string) {
+    return `${this.prefix}:credit:settles:${accountId}`;
+  }
+  /**
+   * Accounts with money state in Redis (an `avail` or holds): added atomically by every script that
+   * creates either, removed by the reconciler once both are gone. The reconciler walks this set.
+   */
+  accountsKey() {
+    return `${this.prefix}:credit:accounts`;
+  }
+  /** Sub-keys of an account with a `subuse` counter, for the reconciler. */
+  subKeysKey(accountId: string) {
+    return `${this.prefix}:credit:subkeys:${accountId}`;
   }
   subuseKey(keyId: string, month = monthTag()) {
     return `${this.prefix}:credit:subuse:${keyId}:${month}`;
@@ -136,8 +315,9 @@ export class CreditReservations {
     const subKey = sub ? this.subuseKey(sub.keyId) : '';
     const args: Array<string | number> = [sub ? sub.monthlyLimitCents : -1, holds.length];
     for (const h of holds) args.push(h.holdId, h.amount);
+    args.push(accountId);
     for (let attempt = 0; attempt < 5; attempt++) {
-      const [status, value] = await this.redis.tgReserve(3, this.availKey(accountId), this.holdsKey(accountId), subKey, ...args);
+      const [status, value] = await this.redis.tgReserve(4, this.availKey(accountId), this.holdsKey(accountId), subKey, this.accountsKey(), ...args);
       if (status === 1) return value;
       if (status === 0) {
         throw new AppError('insufficient_credits', `This call costs ${total} cents; ${Math.max(value, 0)} cents are available. Top up to continue.`, {
@@ -153,20 +333,20 @@ export class CreditReservations {
         });
       }
       if (status === -1) await this.loadAvail(accountId);
-      if (status === -2) await this.loadSubuse(sub!.keyId);
+      if (status === -2) await this.loadSubuse(accountId, sub!.keyId);
     }
-    throw new AppError('service_unavailable', 'Could not reserve credits, please retry');
+    throw new AppError('service_unavailable', 'Could not reserve credits, please retry', { retry_after: 1 }, { headers: { 'retry-after': '1' } });
   }
 
   private async loadAvail(accountId: string): Promise<void> {
     const epoch = (await this.redis.get(this.epochKey(accountId))) ?? '0';
     const credits = await this.accounts.credits(accountId);
-    await this.redis.tgLoad(2, this.availKey(accountId), this.epochKey(accountId), credits, epoch);
+    await this.redis.tgLoad(4, this.availKey(accountId), this.epochKey(accountId), this.holdsKey(accountId), this.accountsKey(), credits, epoch, accountId);
   }
 
-  private async loadSubuse(keyId: string): Promise<void> {
+  private async loadSubuse(accountId: string, keyId: string): Promise<void> {
     const used = await this.accounts.keyUsedThisMonth(keyId);
-    await this.redis.tgLoadSubuse(1, this.subuseKey(keyId), used, 40 * 24 * 3600);
+    await this.redis.tgLoadSubuse(4, this.subuseKey(keyId), this.holdsKey(accountId), this.accountsKey(), this.subKeysKey(accountId), used, 40 * 24 * 3600, accountId, keyId);
   }
 
   /** Gives unsettled holds back to the account (and the sub-key's month). Safe to repeat. */
@@ -177,8 +357,14 @@ export class CreditReservations {
 
   /** Drops holds whose charges are now in Postgres (the balance there already moved). */
   settled(items: Array<{ accountId: string; holdId: string }>): Promise<unknown> {
+    const byAccount = new Map<string, string[]>();
+    for (const it of items) {
+      const ids = byAccount.get(it.accountId);
+      if (ids) ids.push(it.holdId);
+      else byAccount.set(it.accountId, [it.holdId]);
+    }
     const pipe = this.redis.pipeline();
-    for (const it of items) pipe.hdel(this.holdsKey(it.accountId), it.holdId);
+    for (const [accountId, ids] of byAccount) (pipe as unknown as Scripted).tgSettled(2, this.holdsKey(accountId), this.settlesKey(accountId), ...ids);
     return pipe.exec();
   }
 
@@ -192,5 +378,55 @@ export class CreditReservations {
     const v = await this.redis.get(this.availKey(accountId));
     if (v !== null) return Number(v);
     return this.accounts.credits(accountId);
+  }
+
+  // The reconciler's side (src/money/reconciler.ts).
+
+  /** Reads an account's money keys at once (and stamps holds written before takenAt existed). */
+  async snapshot(accountId: string): Promise<HoldSnapshot> {
+    const [epoch, settles, now, avail, flat] = await this.redis.tgHoldSnapshot(
+      4,
+      this.holdsKey(accountId),
+      this.epochKey(accountId),
+      this.settlesKey(accountId),
+      this.availKey(accountId),
+    );
+    const holds: StoredHold[] = [];
+    for (let i = 0; i < flat.length; i += 2) holds.push(parseHold(flat[i]!, flat[i + 1]!));
+    return { epoch, settles, now: Number(now), avail: avail === null ? null : Number(avail), holds };
+  }
+
+  /** Sub-keys of the account that have (or had) a month counter in Redis. */
+  subKeysOf(accountId: string): Promise<string[]> {
+    return this.redis.smembers(this.subKeysKey(accountId));
+  }
+
+  /**
+   * Compares (and with `write`, rebuilds) avail and the sub-keys' month counters against Postgres,
+   * dropping holds whose charge Postgres already has. Returns null when a top-up or settlement moved
+   * since `snap` (try again later), else how many values were off and how many holds were charged.
+   */
+  async rebuild(accountId: string, snap: HoldSnapshot, pg: PostgresView, write: boolean): Promise<{ off: number; charged: number; availBefore: number | null; availExpected: number } | null> {
+    const subs: Array<string | number> = [];
+    for (const [key, settled] of pg.settledBySubuse) subs.push(key, settled);
+    const [status, before, expected, off, charged] = await this.redis.tgHoldRebuild(
+      5,
+      this.availKey(accountId),
+      this.holdsKey(accountId),
+      this.epochKey(accountId),
+      this.settlesKey(accountId),
+      this.accountsKey(),
+      snap.epoch,
+      snap.settles,
+      pg.credits,
+      write ? 1 : 0,
+      accountId,
+      pg.charged.length,
+      ...pg.charged,
+      pg.settledBySubuse.size,
+      ...subs,
+    );
+    if (status !== 1) return null;
+    return { off, charged, availBefore: before === -1 ? null : before, availExpected: expected };
   }
 }

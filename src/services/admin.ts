@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { AppError } from '../errors.js';
 import type { AccountsRepo } from '../db/accounts-repo.js';
 import type { Plan } from '../tools/types.js';
-import type { CreditReservations } from './credits.js';
+import type { CreditReservations } from '../money/holds.js';
 import { KeyAuthenticator } from './auth.js';
 import type { KeyType } from './keys.js';
 

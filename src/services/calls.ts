@@ -8,7 +8,7 @@ import { newJobId, type JobQueues } from '../queue/queues.js';
 import type { JobRecords } from '../queue/job-records.js';
 import type { Caller } from './auth.js';
 import { PLAN_MAX_IN_FLIGHT, slotOwner, type InFlightSlots } from '../access/in-flight.js';
-import type { CreditReservations } from './credits.js';
+import type { CreditReservations } from '../money/holds.js';
 import { assertEdgeToken, type EdgeTokenSealer } from './edge-token.js';
 import type { CallJobData, CallResult } from './runner.js';
 import { parseOrThrow } from './validation.js';

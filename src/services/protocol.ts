@@ -10,7 +10,7 @@ import { newJobId, type FlowStep, type JobQueues } from '../queue/queues.js';
 import { PARALLEL_ROOT_JOB, type FlowMode, type FlowRecord, type FlowRecords } from '../queue/flows.js';
 import type { Caller, KeyCaller } from './auth.js';
 import { authorizeTool, type CallAnswer, type CallService } from './calls.js';
-import type { CreditReservations } from './credits.js';
+import type { CreditReservations } from '../money/holds.js';
 import { assertEdgeToken } from './edge-token.js';
 import type { CallJobData, CallResult } from './runner.js';
 import { invalidInput } from './validation.js';

@@ -5,7 +5,7 @@ import { findTool } from '../tools/index.js';
 import type { ToolContext, ToolProgress } from '../tools/types.js';
 import type { SandboxPool } from '../sandbox/pool.js';
 import type { AccountsRepo } from '../db/accounts-repo.js';
-import type { CreditReservations } from './credits.js';
+import type { CreditReservations } from '../money/holds.js';
 import type { Settler } from './settler.js';
 import { redactToken, type EdgeTokenSealer } from './edge-token.js';
 import { invalidInput } from './validation.js';
