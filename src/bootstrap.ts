@@ -56,3 +56,33 @@ export async function runMigrations(config: Config, log: Logger): Promise<void> 
   const applied = await migrate(config.DATABASE_URL);
   if (applied.length) log.info({ applied }, 'migrations applied');
 }
+
+/**
+ * Graceful stop on SIGTERM or SIGINT: `stop` stops taking work, lets running calls finish and be
+ * answered, flushes settlement and closes connections; the process then exits 0. Past `graceMs`,
+ * `force` cuts what is left (remaining connections) and the process exits 0 all the same: what did
+ * not finish is redelivered to another worker (unsettled work is never charged).
+ */
+export function onStopSignal(log: Logger, graceMs: number, stop: () => Promise<void>, force: () => void = () => {}): void {
+  let stopping = false;
+  const handler = (signal: NodeJS.Signals) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal, grace_ms: graceMs }, 'shutting down');
+    const timer = setTimeout(() => {
+      log.warn({ grace_ms: graceMs }, 'shutdown grace period over; closing what is left');
+      force();
+      setTimeout(() => process.exit(0), 1_000).unref();
+    }, graceMs);
+    timer.unref();
+    stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        log.error({ err }, 'error while shutting down');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', handler);
+  process.on('SIGINT', handler);
+}

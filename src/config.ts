@@ -39,6 +39,8 @@ export const ConfigSchema = z
     CONCURRENCY_LLM: int(10, 1, 1000),
     CONCURRENCY_EDGE: int(10, 1, 1000),
     SYNC_TIMEOUT_MS: int(30_000, 100, 600_000),
+    /** On SIGTERM/SIGINT: how long running calls may take to finish and be answered before the process stops anyway. */
+    SHUTDOWN_GRACE_MS: int(25_000, 0, 600_000),
     /** Transient tool failures are retried this many times in all (1 = no retry). */
     JOB_ATTEMPTS: int(3, 1, 10),
     /** BullMQ lock: a worker that dies mid-job has its job redelivered after about this long. */
@@ -69,12 +71,21 @@ export const ConfigSchema = z
     TOOL_MEMORY_MB: int(256, 16, 8192),
     /** Largest result (JSON bytes) a pooled call may return. */
     TOOL_MAX_RESULT_BYTES: int(1_000_000, 1024, 100_000_000),
+    /** Largest answer (JSON bytes of its result) kept whole in job_results; larger ones are kept truncated. */
+    RESULT_MAX_BYTES: int(1_000_000, 1024, 100_000_000),
+    /** Days a call's stored answer (GET /jobs, GET /jobs/{id} after Redis forgot the job) is kept. */
+    JOB_RESULT_DAYS: int(7, 1, 3650),
     /** compute: largest matrix or range an expression may build. */
     COMPUTE_MAX_ELEMENTS: int(1_000_000, 1, 100_000_000),
     /** Share of a family's workers (and of the sandbox threads) one account may occupy at once. */
     FAIR_SHARE: z.coerce.number().gt(0).max(1).default(0.25),
     /** Jobs in flight (queued or running) per enterprise account unless set per account. */
     ENTERPRISE_DEFAULT_MAX_IN_FLIGHT: int(100, 1, 1_000_000),
+    /**
+     * Interval of the money reconciler (src/money/reconciler.ts) in every process with the API or
+     * workers; one pass at a time across replicas. 0 turns it off.
+     */
+    RECONCILE_SECONDS: int(30, 0, 86_400),
     // Connection hygiene (HTTP server).
     /** Whole request, body included; slower clients are cut. */
     REQUEST_TIMEOUT_MS: int(30_000, 100, 600_000),

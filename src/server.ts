@@ -1,5 +1,5 @@
 import { buildApp } from './app.js';
-import { checkServices, configOrDie, die, makeLogger, runMigrations } from './bootstrap.js';
+import { checkServices, configOrDie, die, makeLogger, onStopSignal, runMigrations } from './bootstrap.js';
 import { createContainer } from './container.js';
 import { FAMILIES } from './config.js';
 
@@ -18,16 +18,14 @@ const app = await buildApp(container, { logger: log });
 await app.listen({ port: config.PORT, host: config.HOST });
 log.info({ port: config.PORT, workers: config.WORKERS }, 'tollgate listening');
 
-let closing = false;
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.on(signal, () => {
-    if (closing) return;
-    closing = true;
-    log.info({ signal }, 'shutting down');
-    // Stop taking requests, let running jobs finish and settle, then close connections.
-    void app
-      .close()
-      .then(() => container.close())
-      .then(() => process.exit(0), () => process.exit(1));
-  });
-}
+// Stop listening and answer every request in flight (inline workers keep running their jobs until
+// then), then let the workers finish, settlement flush and connections close.
+onStopSignal(
+  log,
+  config.SHUTDOWN_GRACE_MS,
+  async () => {
+    await app.close();
+    await container.close();
+  },
+  () => app.server.closeAllConnections(),
+);

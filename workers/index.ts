@@ -3,7 +3,7 @@
  * those families against REDIS_URL and DATABASE_URL; scale by running more replicas.
  */
 import { parseArgs } from 'node:util';
-import { checkServices, configOrDie, die, makeLogger, runMigrations } from '../src/bootstrap.js';
+import { checkServices, configOrDie, die, makeLogger, onStopSignal, runMigrations } from '../src/bootstrap.js';
 import { createContainer } from '../src/container.js';
 import { FAMILIES, type Family } from '../src/config.js';
 
@@ -27,9 +27,6 @@ await runMigrations(config, log);
 const container = await createContainer(config, log, { api: false, workerFamilies: families });
 log.info({ families }, 'worker process ready');
 
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.on(signal, () => {
-    log.info({ signal }, 'worker shutting down');
-    void container.close().then(() => process.exit(0), () => process.exit(1));
-  });
-}
+// Running jobs finish and settle before the process exits; past the grace period, what is left is
+// redelivered to another worker once its lock expires.
+onStopSignal(log, config.SHUTDOWN_GRACE_MS, () => container.close());
