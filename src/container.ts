@@ -3,13 +3,14 @@ import type { Logger } from 'pino';
 import { FAMILIES, type Config, type Family } from './config.js';
 import { openPool, type DatabasePool } from './db/pool.js';
 import { AccountsRepo } from './db/accounts-repo.js';
-import { connectRedis, type Redis } from './queue/redis.js';
+import { connectCommandRedis, connectRedis, type Redis } from './queue/redis.js';
 import { JobQueues } from './queue/queues.js';
 import { CompletionDispatcher } from './queue/dispatcher.js';
 import { JobRecords } from './queue/job-records.js';
 import { WorkerPool } from './queue/worker-pool.js';
 import { JobEventLog } from './queue/job-events.js';
-import { CreditReservations } from './services/credits.js';
+import { CreditReservations } from './money/holds.js';
+import { Reconciler } from './money/reconciler.js';
 import { Settler } from './services/settler.js';
 import { EdgeTokenSealer } from './services/edge-token.js';
 import { ToolRunner } from './services/runner.js';
@@ -36,6 +37,8 @@ export interface Container {
   runner: ToolRunner;
   settler: Settler;
   slots: InFlightSlots;
+  /** Repairs Redis's money state after crashes (holds, avail, sub-key months, in-flight slots). */
+  reconciler: Reconciler;
   /** Present in processes that serve HTTP. */
   api?: { dispatcher: CompletionDispatcher; auth: KeyAuthenticator; calls: CallService; limiter: RateLimiter; idempotency: Idempotency; payPerCall?: PayPerCall };
   workers?: WorkerPool;
@@ -51,7 +54,16 @@ export interface ContainerOptions {
 /** Wires every service for one process. Tests build one per suite with a fresh Redis prefix. */
 export async function createContainer(config: Config, log: Logger, opts: ContainerOptions): Promise<Container> {
   const pool = await openPool(config.DATABASE_URL, { maximumPoolSize: 10 });
-  const redis = connectRedis(config.REDIS_URL);
+  // The API's command connection fails fast (no offline queue, bounded retries and time): a call that
+  // cannot reserve or enqueue is answered 503 at once, and nothing it sent can run later. A process
+  // running only workers keeps BullMQ's patient settings, so a job in hand settles once Redis is back.
+  const redis = opts.api ? connectCommandRedis(config.REDIS_URL) : connectRedis(config.REDIS_URL);
+  let lastRedisError = 0;
+  redis.on('error', (err: Error) => {
+    if (Date.now() - lastRedisError < 5_000) return;
+    lastRedisError = Date.now();
+    log.warn({ err: err.message }, 'redis connection error');
+  });
   const accounts = new AccountsRepo(pool);
   const credits = new CreditReservations(redis, config.REDIS_PREFIX, accounts);
   const sealer = new EdgeTokenSealer(config);
@@ -66,9 +78,14 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   const runner = new ToolRunner({ config, log, accounts, credits, settler, sealer, sandbox });
   const closers: Array<() => Promise<unknown>> = [];
   const slots = new InFlightSlots(redis, config, (ids) => queues.liveJobs(ids));
+  const reconciler = new Reconciler({
+    redis, pool, prefix: config.REDIS_PREFIX, log, credits, slots,
+    liveJobs: (ids) => queues.liveJobs(ids),
+    intervalSeconds: config.RECONCILE_SECONDS,
+  });
 
   const c: Container = {
-    config, log, pool, redis, accounts, credits, sealer, queues, records, runner, settler, slots,
+    config, log, pool, redis, accounts, credits, sealer, queues, records, runner, settler, slots, reconciler,
     close: async () => {
       for (const close of closers.reverse()) await close().catch((err) => log.warn({ err }, 'error while closing'));
     },
@@ -89,7 +106,16 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     closers.push(() => workers.close());
   }
 
+  if (opts.api || opts.workerFamilies.length) {
+    // Every process with the API or workers runs it; a Redis lock lets one pass run at a time.
+    reconciler.start();
+    closers.push(() => reconciler.stop());
+  }
+
   if (opts.api) {
+    // Queues are opened now, while Redis is known to be up: a Queue first opened during an outage
+    // would wait for the reconnect and add its job then, behind the caller's back.
+    await Promise.all(FAMILIES.map((f) => queues.queue(f).waitUntilReady()));
     // A job that failed outside its worker's hands (stalled too often: its process died twice)
     // gives back its hold and its slot here.
     const dispatcher = new CompletionDispatcher(config, log, async (jobId) => {

@@ -11,17 +11,28 @@ export function slotOwner(data: { accountId: string | null; payer: string | null
   return data.accountId ?? (data.payer ? `payer:${data.payer.toLowerCase()}` : null);
 }
 
-// KEYS: slots   ARGV: cap, now, n, ids...
-// Takes n slots at once or none (a chain or parallel request counts each step).
+// KEYS: slots, owners   ARGV: cap, now, n, ids..., owner
+// Takes n slots at once or none (a chain or parallel request counts each step), and lists the owner
+// for the reconciler.
 const TAKE = `
 local count = redis.call('ZCARD', KEYS[1])
 local n = tonumber(ARGV[3])
 if count + n > tonumber(ARGV[1]) then return {0, count} end
 for i = 1, n do redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3 + i]) end
+redis.call('SADD', KEYS[2], ARGV[4 + n])
 return {1, count + n}
 `;
 
-type Scripted = Redis & { tgTakeSlots(keys: 1, ...args: Array<string | number>): Promise<[number, number]> };
+// KEYS: slots, owners   ARGV: owner. Unlists an owner without slots (atomic against TAKE).
+const UNLIST = `
+if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) return 1 end
+return 0
+`;
+
+type Scripted = Redis & {
+  tgTakeSlots(keys: 2, ...args: Array<string | number>): Promise<[number, number]>;
+  tgUnlistOwner(keys: 2, ...args: string[]): Promise<number>;
+};
 
 /** Tells which of the given job ids still stand for work to do (queued, waiting or running). */
 export type LiveJobs = (jobIds: string[]) => Promise<Set<string>>;
@@ -48,7 +59,10 @@ export class InFlightSlots {
     private readonly graceMs = 10_000,
   ) {
     const r: Redis = redis;
-    if (!('tgTakeSlots' in r)) r.defineCommand('tgTakeSlots', { lua: TAKE });
+    if (!('tgUnlistOwner' in r)) {
+      r.defineCommand('tgTakeSlots', { lua: TAKE });
+      r.defineCommand('tgUnlistOwner', { lua: UNLIST });
+    }
     this.redis = redis as Scripted;
   }
 
@@ -61,12 +75,17 @@ export class InFlightSlots {
     return `${this.config.REDIS_PREFIX}:inflight:${owner}`;
   }
 
+  /** Owners that have (or recently had) slots: the reconciler walks this set. */
+  private ownersKey(): string {
+    return `${this.config.REDIS_PREFIX}:inflight-owners`;
+  }
+
   /** Takes one slot per job id, all or none; past the cap, 429 concurrency_limited. */
   async take(owner: string, cap: number, jobIds: string[]): Promise<void> {
     if (!jobIds.length) return;
-    const args = [cap, Date.now(), jobIds.length, ...jobIds];
-    let [ok, count] = await this.redis.tgTakeSlots(1, this.key(owner), ...args);
-    if (!ok && (await this.reap(owner))) [ok, count] = await this.redis.tgTakeSlots(1, this.key(owner), ...args);
+    const args = [cap, Date.now(), jobIds.length, ...jobIds, owner];
+    let [ok, count] = await this.redis.tgTakeSlots(2, this.key(owner), this.ownersKey(), ...args);
+    if (!ok && (await this.reap(owner))) [ok, count] = await this.redis.tgTakeSlots(2, this.key(owner), this.ownersKey(), ...args);
     if (ok) return;
     throw new AppError(
       'concurrency_limited',
@@ -87,11 +106,14 @@ export class InFlightSlots {
     return this.redis.zcard(this.key(owner));
   }
 
-  /** Drops slots older than the grace period whose job no longer stands for work. Returns how many. */
-  async reap(owner: string): Promise<number> {
+  /**
+   * Drops slots older than the grace period whose job no longer stands for work. Returns how many.
+   * At most once per half grace period per owner, unless `force` (the reconciler).
+   */
+  async reap(owner: string, force = false): Promise<number> {
     const now = Date.now();
     const last = this.reapedAt.get(owner);
-    if (last !== undefined && now - last < this.graceMs / 2) return 0;
+    if (!force && last !== undefined && now - last < this.graceMs / 2) return 0;
     if (this.reapedAt.size > 10_000) this.reapedAt.clear();
     this.reapedAt.set(owner, now);
     const old = await this.redis.zrangebyscore(this.key(owner), '-inf', now - this.graceMs);
@@ -100,5 +122,24 @@ export class InFlightSlots {
     const dead = old.filter((id) => !live.has(id));
     if (dead.length) await this.redis.zrem(this.key(owner), ...dead);
     return dead.length;
+  }
+
+  /**
+   * The reconciler's pass (src/money/reconciler.ts): reaps every listed owner's dead slots, whether or
+   * not it is at its cap, and unlists owners left without slots. Returns the slots dropped.
+   */
+  async reconcile(onOwner: () => Promise<void> = async () => {}): Promise<number> {
+    let cursor = '0';
+    let dropped = 0;
+    do {
+      const [next, owners] = await this.redis.sscan(this.ownersKey(), cursor, 'COUNT', 200);
+      cursor = next;
+      for (const owner of owners) {
+        dropped += await this.reap(owner, true);
+        await this.redis.tgUnlistOwner(2, this.key(owner), this.ownersKey(), owner);
+        await onOwner();
+      }
+    } while (cursor !== '0');
+    return dropped;
   }
 }

@@ -220,7 +220,7 @@ type Scripted = Redis & {
   tgTopup(keys: 2, ...args: Array<string | number>): Promise<number>;
   tgLoad(keys: 4, ...args: Array<string | number>): Promise<number>;
   tgLoadSubuse(keys: 4, ...args: Array<string | number>): Promise<number>;
-  tgHoldSnapshot(keys: 4): Promise<[string, string, string, string | null, string[]]>;
+  tgHoldSnapshot(keys: 4, ...args: string[]): Promise<[string, string, string, string | null, string[]]>;
   tgHoldRebuild(keys: 5, ...args: Array<string | number>): Promise<[number, number, number, number, number]>;
 };
 

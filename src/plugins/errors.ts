@@ -2,12 +2,14 @@ import type { FastifyError, FastifyInstance } from 'fastify';
 import { AppError, envelope, isAppError } from '../errors.js';
 import { isPaymentError, paymentErrorBody } from '../services/x402/requirements.js';
 import { isOpenAiPath, openAiErrorBody } from '../routes/openai.js';
+import { dependencyUnavailable, isDependencyError } from '../queue/redis.js';
 
 /** The one place errors become responses: every failure leaves in the documented envelope. */
 export function installErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((raw: FastifyError | AppError | Error, req, reply) => {
     const err = toAppError(raw);
-    if (err.status >= 500) req.log.error({ err: raw }, 'request failed');
+    if (err.code === 'service_unavailable') req.log.warn({ err: (raw as Error).message }, 'dependency unavailable');
+    else if (err.status >= 500) req.log.error({ err: raw }, 'request failed');
     for (const [k, v] of Object.entries(err.headers)) reply.header(k, v);
     if (err.status === 402 || err.status === 403) reply.header('x-should-retry', 'false');
     // x402 clients read x402Version and accepts at the top level of a payment 402.
@@ -24,6 +26,7 @@ export function installErrorHandling(app: FastifyInstance): void {
 
 function toAppError(e: FastifyError | AppError | Error): AppError {
   if (isAppError(e)) return e;
+  if (isDependencyError(e)) return dependencyUnavailable();
   const fe = e as FastifyError;
   switch (fe.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':

@@ -10,6 +10,7 @@ import type { ToolProgress } from '../tools/types.js';
 import type { JobEventLog, LoggedEvent } from './job-events.js';
 import { PARALLEL_ROOT_JOB } from './flows.js';
 import { slotOwner, type InFlightSlots } from '../access/in-flight.js';
+import { WorkerHeartbeat } from './heartbeat.js';
 
 /** Reason given to a finished job's signal; one shared object, so no DOMException per job. */
 const JOB_FINISHED = new Error('job finished');
@@ -73,6 +74,8 @@ class FairShare {
 export class WorkerPool {
   private readonly workers: Worker[] = [];
   private readonly redis: Redis;
+  /** Live-worker heartbeats per family in Redis, read by GET /health. */
+  private heartbeat: WorkerHeartbeat | null = null;
 
   constructor(
     private readonly deps: {
@@ -109,6 +112,8 @@ export class WorkerPool {
       this.workers.push(worker);
       await worker.waitUntilReady();
     }
+    this.heartbeat = new WorkerHeartbeat(this.redis, config.REDIS_PREFIX, this.families);
+    await this.heartbeat.start();
     log.info({ families: this.families }, 'workers started');
   }
 
@@ -182,6 +187,7 @@ export class WorkerPool {
   }
 
   async close(): Promise<void> {
+    await this.heartbeat?.stop();
     await Promise.all(this.workers.map((w) => w.close()));
     this.redis.disconnect();
   }

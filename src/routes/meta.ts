@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { sql } from '../db/pool.js';
 import { catalogue, rootDocument, toolDetail, manifest } from '../services/catalogue.js';
 import { getTool } from '../tools/index.js';
+import { workerCounts } from '../queue/heartbeat.js';
 
 /** The public base URL: PUBLIC_BASE_URL, else what the request was addressed to. */
 export function baseUrl(app: FastifyInstance, req: FastifyRequest): string {
@@ -16,28 +17,45 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
 
   app.get('/', async (req) => rootDocument(baseUrl(app, req), config));
 
+  /**
+   * Each dependency (Redis, Postgres: `ok` or `down`, 1 s each) and the live workers per family from
+   * their heartbeats (src/queue/heartbeat.ts). 200 `ok`, or 503 `degraded` with `down` naming what is
+   * missing: a dependency, or a family this deployment runs that has no live worker (`workers:<family>`).
+   * The families a deployment runs are those that had a worker within the last day, or all of them
+   * when none ever had one, so an API started with no workers at all is degraded, while a deployment
+   * that runs only some families (a core-only worker) is healthy once those have workers.
+   */
   app.get('/health', async (_req, reply) => {
-    // A dependency that does not answer within 2 s counts as down.
-    const check = async (f: () => Promise<unknown>) => {
+    const within = async <T>(f: () => Promise<T>): Promise<T | null> => {
       let timer: NodeJS.Timeout | undefined;
       try {
-        await Promise.race([f(), new Promise((_, rej) => (timer = setTimeout(() => rej(new Error('timeout')), 2000)))]);
-        return 'ok';
+        return await Promise.race([f(), new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error('timeout')), 1000)))]);
       } catch {
-        return 'down';
+        return null;
       } finally {
         clearTimeout(timer);
       }
     };
-    const [redis, postgres] = await Promise.all([
-      check(() => app.container.redis.ping()),
-      check(() => app.container.pool.query(sql.unsafe`SELECT 1`)),
+    const { redis: client, pool } = app.container;
+    const [pong, pg, workers] = await Promise.all([
+      within(() => client.ping()),
+      within(() => pool.query(sql.unsafe`SELECT 1`)),
+      within(() => workerCounts(client, config.REDIS_PREFIX)),
     ]);
-    const ok = redis === 'ok' && postgres === 'ok';
+    const checks = { redis: pong === null ? 'down' : 'ok', postgres: pg === null ? 'down' : 'ok' };
+    const down: string[] = [];
+    if (checks.redis === 'down') down.push('redis');
+    if (checks.postgres === 'down') down.push('postgres');
+    if (workers) for (const f of workers.expected) if (!workers.counts[f]) down.push(`workers:${f}`);
+    const ok = down.length === 0;
     return reply.status(ok ? 200 : 503).send({
       status: ok ? 'ok' : 'degraded',
-      checks: { redis, postgres },
+      checks,
+      // Families whose worker pools run in this process ('inline') or none ('off').
       workers: app.container.workers ? 'inline' : 'off',
+      // Live worker processes per family, across the deployment (null while Redis is down).
+      worker_counts: workers ? workers.counts : null,
+      ...(ok ? {} : { down }),
       time: new Date().toISOString(),
     });
   });

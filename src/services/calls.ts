@@ -5,6 +5,7 @@ import { getTool } from '../tools/index.js';
 import { planRank, type AnyTool } from '../tools/types.js';
 import type { CompletionDispatcher } from '../queue/dispatcher.js';
 import { newJobId, type JobQueues } from '../queue/queues.js';
+import { asDependencyError, dependencyUnavailable } from '../queue/redis.js';
 import type { JobRecords } from '../queue/job-records.js';
 import type { Caller } from './auth.js';
 import { PLAN_MAX_IN_FLIGHT, slotOwner, type InFlightSlots } from '../access/in-flight.js';
@@ -107,6 +108,16 @@ export class CallService {
    * cover them). Either all are admitted or nothing is held.
    */
   async reserve(caller: Caller, jobs: Array<{ jobId: string; data: CallJobData }>): Promise<void> {
+    try {
+      await this.admit(caller, jobs);
+    } catch (e) {
+      // Redis or Postgres unreachable: 503 with Retry-After. Whatever was taken before the failure is
+      // given back by the reconciler (no job will ever exist for it).
+      throw asDependencyError(e);
+    }
+  }
+
+  private async admit(caller: Caller, jobs: Array<{ jobId: string; data: CallJobData }>): Promise<void> {
     const owner = slotOwner(jobs[0]!.data)!;
     const cap = caller.kind === 'key' ? this.deps.slots.capFor(caller.plan, caller.maxInFlight) : PLAN_MAX_IN_FLIGHT.pro;
     const ids = jobs.map((j) => j.jobId);
@@ -118,7 +129,7 @@ export class CallService {
     try {
       await this.deps.credits.reserve(caller.accountId, holds, sub);
     } catch (e) {
-      await this.deps.slots.release(owner, ids);
+      await this.deps.slots.release(owner, ids).catch(() => {});
       throw e;
     }
   }
@@ -150,8 +161,11 @@ export class CallService {
       await this.deps.queues.add(tool.family, jobId, data);
     } catch (e) {
       wait?.cancel();
-      await this.release(caller, [jobId]);
-      throw new AppError('service_unavailable', 'Could not queue the call; nothing was charged', {}, { retryable: true });
+      // With Redis gone the release fails too: the reconciler gives the hold and slot back once the
+      // grace period shows no job came of them. The API's connection has no offline queue and never
+      // resends, so this enqueue cannot happen later behind the caller's back.
+      await this.release(caller, [jobId]).catch(() => {});
+      throw dependencyUnavailable();
     }
     opts.onQueued?.(jobId);
     const outcome = wait ? await wait.outcome : ({ state: 'pending' } as const);
