@@ -1,0 +1,100 @@
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import net from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+/**
+ * The chaos rig's moving parts as real processes: a Redis of its own, the API and core workers started
+ * as in production (`node --import tsx src/server.ts` with WORKERS=off, `workers/index.ts --family core`),
+ * each killable by PID.
+ */
+
+export async function freePort(): Promise<number> {
+  const srv = net.createServer();
+  srv.listen(0, '127.0.0.1');
+  await once(srv, 'listening');
+  const { port } = srv.address() as net.AddressInfo;
+  srv.close();
+  await once(srv, 'close');
+  return port;
+}
+
+export class RedisServer {
+  private proc: ChildProcess | null = null;
+  constructor(readonly port: number) {}
+
+  get url(): string {
+    return `redis://127.0.0.1:${this.port}`;
+  }
+
+  /** Without persistence, like the machine's own Redis: a restart loses everything. */
+  async start(): Promise<void> {
+    this.proc = spawn('redis-server', ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    for (let i = 0; i < 100; i++) {
+      if (this.ping()) return;
+      await sleep(50);
+    }
+    throw new Error(`redis-server on ${this.port} did not start`);
+  }
+
+  ping(): boolean {
+    try {
+      return execFileSync('redis-cli', ['-p', String(this.port), 'ping'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim() === 'PONG';
+    } catch {
+      return false;
+    }
+  }
+
+  /** `SHUTDOWN NOSAVE`: Redis goes away with all its data. */
+  async shutdownNoSave(): Promise<void> {
+    try {
+      execFileSync('redis-cli', ['-p', String(this.port), 'shutdown', 'nosave'], { stdio: 'ignore' });
+    } catch {
+      /* the connection drops as it shuts down */
+    }
+    if (this.proc && this.proc.exitCode === null) await once(this.proc, 'exit');
+  }
+
+  async stop(): Promise<void> {
+    await this.shutdownNoSave();
+  }
+}
+
+export class ServiceProcess {
+  proc: ChildProcess | null = null;
+  constructor(
+    readonly name: string,
+    private readonly args: string[],
+    private readonly env: NodeJS.ProcessEnv,
+  ) {}
+
+  start(): void {
+    this.proc = spawn(process.execPath, ['--import', 'tsx', ...this.args], { env: this.env, stdio: ['ignore', 'inherit', 'inherit'] });
+  }
+
+  get pid(): number {
+    return this.proc!.pid!;
+  }
+
+  async kill(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
+    const p = this.proc;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return;
+    p.kill(signal);
+    await once(p, 'exit');
+  }
+
+  signal(signal: NodeJS.Signals): void {
+    this.proc?.kill(signal);
+  }
+}
+
+/** Waits until GET /health answers at all (any status: with no worker it says degraded). */
+export async function waitForHttp(base: string, okOnly = false, timeoutMs = 30_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const status = await fetch(`${base}/health`, { signal: AbortSignal.timeout(2_000) }).then((r) => r.status, () => 0);
+    if (status && (!okOnly || status === 200)) return;
+    if (Date.now() > end) throw new Error(`${base} did not come up${okOnly ? ' healthy' : ''}`);
+    await sleep(100);
+  }
+}
