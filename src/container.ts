@@ -7,11 +7,13 @@ import { connectCommandRedis, connectRedis, type Redis } from './queue/redis.js'
 import { JobQueues } from './queue/queues.js';
 import { CompletionDispatcher } from './queue/dispatcher.js';
 import { JobRecords } from './queue/job-records.js';
+import { decodeFailure } from './queue/failure.js';
 import { WorkerPool } from './queue/worker-pool.js';
 import { JobEventLog } from './queue/job-events.js';
 import { CreditReservations } from './money/holds.js';
 import { Reconciler } from './money/reconciler.js';
-import { Settler } from './services/settler.js';
+import { Settler } from './money/settlement.js';
+import { ResultsStore } from './money/results.js';
 import { EdgeTokenSealer } from './services/edge-token.js';
 import { ToolRunner } from './services/runner.js';
 import { SandboxPool } from './sandbox/pool.js';
@@ -36,6 +38,8 @@ export interface Container {
   records: JobRecords;
   runner: ToolRunner;
   settler: Settler;
+  /** Stored answers of keyed calls (job_results): GET /jobs, redeliveries, pruning. */
+  results: ResultsStore;
   slots: InFlightSlots;
   /** Repairs Redis's money state after crashes (holds, avail, sub-key months, in-flight slots). */
   reconciler: Reconciler;
@@ -71,11 +75,12 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   const records = new JobRecords(redis, config.REDIS_PREFIX);
   const settlePool = new pg.Pool({ connectionString: config.DATABASE_URL, max: 2 });
   settlePool.on('error', (err) => log.warn({ err: err.message }, 'settlement connection error'));
-  const settler = new Settler(settlePool, credits, log, config.SETTLE_BATCH_MS, config.SETTLE_BATCH_MAX);
+  const settler = new Settler(settlePool, credits, log, config.SETTLE_BATCH_MS, config.SETTLE_BATCH_MAX, config.RESULT_MAX_BYTES);
+  const results = new ResultsStore(pool, { days: config.JOB_RESULT_DAYS, redis, prefix: config.REDIS_PREFIX, log });
   // Threads for CPU work on caller input (src/sandbox/pool.ts). A process running workers starts one
   // with its isolated tools' modules loaded, so the first call does not wait for them; the rest start on use.
   const sandbox = new SandboxPool(config, log, { preload: isolatedModules(opts.workerFamilies) });
-  const runner = new ToolRunner({ config, log, accounts, credits, settler, sealer, sandbox });
+  const runner = new ToolRunner({ config, log, accounts, credits, settler, results, sealer, sandbox });
   const closers: Array<() => Promise<unknown>> = [];
   const slots = new InFlightSlots(redis, config, (ids) => queues.liveJobs(ids));
   const reconciler = new Reconciler({
@@ -85,7 +90,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   });
 
   const c: Container = {
-    config, log, pool, redis, accounts, credits, sealer, queues, records, runner, settler, slots, reconciler,
+    config, log, pool, redis, accounts, credits, sealer, queues, records, runner, settler, results, slots, reconciler,
     close: async () => {
       for (const close of closers.reverse()) await close().catch((err) => log.warn({ err }, 'error while closing'));
     },
@@ -104,6 +109,9 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     // Workers close first (finish their jobs), then the settler drains, then connections.
     closers.push(() => settler.drain());
     closers.push(() => workers.close());
+    // Stored answers older than JOB_RESULT_DAYS go, pruned by one replica at a time.
+    results.startPruning();
+    closers.push(() => results.stop());
   }
 
   if (opts.api || opts.workerFamilies.length) {
@@ -124,6 +132,15 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
       const owner = slotOwner(job.data);
       if (owner) await slots.release(owner, [jobId]);
       if (job.data.accountId && job.data.priceCents > 0) await credits.release(job.data.accountId, [jobId]);
+      // Its failure is stored like any other (a job settled before it stalled keeps its completed outcome).
+      if (job.data.accountId && !job.data.payer) {
+        const d = job.data;
+        await settler.settle({
+          jobId, accountId: d.accountId!, keyId: d.keyId, tool: d.tool, status: 'failed', amount: 0, costCents: 0,
+          result: decodeFailure(job.failedReason).toJSON(), sandbox: d.sandbox, agentName: d.agentName, usage: null,
+          createdAt: job.timestamp, holdId: null,
+        });
+      }
     });
     await dispatcher.start();
     const auth = new KeyAuthenticator(accounts, config.KEY_CACHE_SECONDS * 1000, config.REDIS_PREFIX);
@@ -131,7 +148,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     await auth.listen(sub, log);
     closers.push(async () => sub.quit());
     closers.push(() => dispatcher.close());
-    const calls = new CallService({ config, queues, dispatcher, credits, sealer, records, slots });
+    const calls = new CallService({ config, queues, dispatcher, credits, sealer, records, slots, results });
     const idempotency = new Idempotency(redis, config.REDIS_PREFIX);
     c.api = { dispatcher, auth, calls, limiter: new RateLimiter(redis, config), idempotency };
     if (config.X402_ENABLED) {

@@ -147,6 +147,9 @@ export class WorkerPool {
       const value = await this.deps.runner.run(job.data, {
         id: job.id!,
         attemptsMade: job.attemptsMade,
+        // A retry, or a redelivery after a stall (not fair-share waits, which count no attempt).
+        redelivered: job.attemptsMade > 0 || job.stalledCounter > 0,
+        createdAt: job.timestamp,
         maxAttempts: job.opts.attempts ?? 1,
         signal: abort.signal,
         progress: async (p) => {
@@ -161,7 +164,12 @@ export class WorkerPool {
           return first?.result;
         },
       });
-      if (ephemeral) await this.deps.records.put(job.id!, { state: 'completed', value, ...record });
+      // The call is settled and answered now: a failure below must not fail (and re-run) it.
+      if (ephemeral) {
+        await this.deps.records
+          .put(job.id!, { state: 'completed', value, ...record })
+          .catch((err: Error) => this.deps.log.warn({ err: err.message, job: job.id }, 'job record write failed'));
+      }
       if (job.data.eventLog) await logEvent({ type: 'step', job: job.id!, outcome: 'completed', value });
       await this.releaseSlots(job.data, [job.id!]);
       return value;

@@ -1,5 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '../errors.js';
+import { JobListQuery } from '../money/results.js';
+import { parseOrThrow } from '../services/validation.js';
 import { awaitJobBody as awaitJob } from '../calls/await-job.js';
 import type { CallAnswer } from '../services/calls.js';
 import type { KeyCaller } from '../services/auth.js';
@@ -100,6 +102,13 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
         }),
       ),
     );
+  });
+
+  // The calling key's recent calls, newest first (job_results; kept JOB_RESULT_DAYS).
+  app.get('/jobs', async (req, reply) => {
+    const caller = await app.authenticate(req, reply);
+    const query = parseOrThrow(JobListQuery, req.query ?? {}, 'GET /jobs query is invalid');
+    return app.container.results.list(caller.keyId, query);
   });
 
   app.get<{ Params: { id: string } }>('/jobs/:id', async (req, reply) => {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Config } from '../config.js';
-import { AppError } from '../errors.js';
+import { AppError, type SerializedError } from '../errors.js';
+import { ResultsStore } from '../money/results.js';
 import { getTool } from '../tools/index.js';
 import { planRank, type AnyTool } from '../tools/types.js';
 import type { CompletionDispatcher } from '../queue/dispatcher.js';
@@ -68,6 +69,8 @@ export class CallService {
       sealer: EdgeTokenSealer;
       records: JobRecords;
       slots: InFlightSlots;
+      /** Stored answers (job_results): GET /jobs/{id} once Redis no longer knows the job. */
+      results?: ResultsStore;
     },
   ) {}
 
@@ -182,13 +185,25 @@ export class CallService {
     if (view) {
       if (view.data.keyId !== ownerKey || ownerKey === null) throw notFound;
       if (view.state === 'completed') return { status: 200, body: { job_id: jobId, status: 'completed', ...view.value } };
-      if (view.state === 'failed') throw withJob(view.error, jobId);
+      if (view.state === 'failed') {
+        // A job whose charge committed is answered as charged, whatever failed after (a stall, a lost lock).
+        const stored = await this.deps.results?.get(jobId).catch(() => null);
+        if (stored?.status === 'completed' && stored.keyId === ownerKey) return { status: 200, body: ResultsStore.answer(jobId, stored) };
+        throw withJob(view.error, jobId);
+      }
       return { status: 200, body: { job_id: jobId, status: view.status === 'active' ? 'running' : 'queued', progress: view.progress ?? null } };
     }
-    const rec = await this.deps.records.get(jobId);
-    if (!rec || rec.keyId !== ownerKey || ownerKey === null) throw notFound;
-    if (rec.state === 'completed') return { status: 200, body: { job_id: jobId, status: 'completed', ...rec.value } };
-    throw withJob(AppError.fromJSON(rec.error!), jobId);
+    const rec = await this.deps.records.get(jobId).catch(() => null);
+    if (rec) {
+      if (rec.keyId !== ownerKey || ownerKey === null) throw notFound;
+      if (rec.state === 'completed') return { status: 200, body: { job_id: jobId, status: 'completed', ...rec.value } };
+      throw withJob(AppError.fromJSON(rec.error!), jobId);
+    }
+    // Redis no longer knows the job (removed, expired, or Redis lost its data): Postgres has its answer.
+    const stored = ownerKey === null ? null : await this.deps.results?.get(jobId);
+    if (!stored || stored.keyId !== ownerKey) throw notFound;
+    if (stored.status === 'completed') return { status: 200, body: ResultsStore.answer(jobId, stored) };
+    throw withJob(AppError.fromJSON(stored.body as unknown as SerializedError), jobId);
   }
 }
 

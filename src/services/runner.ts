@@ -1,12 +1,13 @@
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
-import { AppError, isAppError } from '../errors.js';
+import { AppError, isAppError, type SerializedError } from '../errors.js';
 import { findTool } from '../tools/index.js';
 import type { ToolContext, ToolProgress } from '../tools/types.js';
 import type { SandboxPool } from '../sandbox/pool.js';
 import type { AccountsRepo } from '../db/accounts-repo.js';
 import type { CreditReservations } from '../money/holds.js';
-import type { Settler } from './settler.js';
+import type { Settler, Settlement, StoredOutcome } from '../money/settlement.js';
+import type { ResultsStore } from '../money/results.js';
 import { redactToken, type EdgeTokenSealer } from './edge-token.js';
 import { invalidInput } from './validation.js';
 
@@ -50,6 +51,13 @@ export interface JobRun {
   id: string;
   attemptsMade: number;
   maxAttempts: number;
+  /**
+   * This run may follow one that got as far as settling: a retry after a failed attempt, or a
+   * redelivery after a stall (dead worker, lost lock). Only such runs look for a stored outcome first.
+   */
+  redelivered?: boolean;
+  /** When the job was queued (ms since the epoch), recorded with its outcome. */
+  createdAt?: number;
   signal: AbortSignal;
   progress(p: ToolProgress): Promise<void>;
   /** Output of the previous chain step (a flow child), when the job is a later chain step. */
@@ -87,6 +95,8 @@ export class ToolRunner {
       accounts: AccountsRepo;
       credits: CreditReservations;
       settler: Settler;
+      /** Stored outcomes (job_results), read when a redelivered job may already have one. */
+      results: ResultsStore;
       sealer: EdgeTokenSealer;
       /** Runs isolated tools and handlers' CPU tasks (src/sandbox/pool.ts). */
       sandbox: SandboxPool;
@@ -95,7 +105,14 @@ export class ToolRunner {
 
   async run(data: CallJobData, job: JobRun): Promise<CallResult> {
     let edgeToken: string | undefined;
+    // Calls made with a key are settled with their answer (job_results); x402 calls are not stored.
+    const stored = data.accountId !== null && data.payer === null;
     try {
+      if (stored && job.redelivered) {
+        // A run before this one may have settled: then that is the answer, and the tool does not run again.
+        const prior = await this.deps.results.get(job.id);
+        if (prior) return await this.answerWith(data, job.id, prior);
+      }
       const tool = findTool(data.tool);
       if (!tool) throw new AppError('tool_not_found', `No tool named '${data.tool}'`);
       let raw = data.input;
@@ -139,34 +156,88 @@ export class ToolRunner {
           isolate: (task, payload) => sandbox.runTask(task, payload, { ...sandboxCall, label: `${tool.name}/${task}` }),
         } satisfies ToolContext);
       }
+      const cost = data.sandbox ? 0 : data.payer ? data.listPriceCents : data.priceCents;
       // Calls paid per call (x402) are recorded by the API once their payment settles, not here.
-      let remaining: number | null = null;
-      if (data.priceCents > 0 && accountId) {
-        remaining = await this.deps.settler.settle({
-          entryKey: job.id,
-          accountId,
-          keyId: data.keyId,
-          tool: tool.name,
-          amount: data.priceCents,
-          agentName: data.agentName,
-          usage: Object.keys(usage).length ? usage : null,
-          holdId: job.id,
-        });
-      } else if (accountId) {
-        remaining = await this.deps.accounts.credits(accountId);
+      if (!stored || !accountId) return { result, cost_cents: cost, remaining_credits: null };
+      // The charge (if any) and this answer, in one statement with the rest of the batch.
+      const settled = await this.deps.settler.settle({
+        ...this.settlement(data, job, 'completed'),
+        amount: data.priceCents,
+        costCents: cost,
+        result,
+        usage: Object.keys(usage).length ? usage : null,
+      });
+      // Settled before (a redelivery that ran anyway): the first answer is the one that was charged.
+      if (settled.prior) return await this.answerWith(data, job.id, settled.prior);
+      if (!settled.stored) {
+        const prior = await this.deps.results.get(job.id);
+        if (prior) return await this.answerWith(data, job.id, prior);
       }
       return {
         result,
-        cost_cents: data.sandbox ? 0 : data.payer ? data.listPriceCents : data.priceCents,
-        remaining_credits: data.payer ? null : remaining,
+        cost_cents: cost,
+        remaining_credits: settled.remaining,
         ...(data.sandbox ? { sandbox: true as const } : {}),
       };
     } catch (e) {
+      if (e instanceof JobFailure) throw e;
       const err = this.normalise(e, edgeToken);
       const final = !err.retryable || job.attemptsMade + 1 >= job.maxAttempts;
+      if (final && stored) {
+        // Recorded as failed unless it was settled after all (say the commit went through but its
+        // answer was lost): then it completed, and is answered as such, never as "not charged".
+        const prior = await this.recordFailure(data, job, err);
+        if (prior) return this.answerWith(data, job.id, prior);
+      }
       if (final) await this.releaseHold(data, job.id);
       throw new JobFailure(err, final);
     }
+  }
+
+  /** The fields every settlement of this job shares. */
+  private settlement(data: CallJobData, job: JobRun, status: Settlement['status']): Omit<Settlement, 'amount' | 'costCents' | 'result' | 'usage'> {
+    return {
+      jobId: job.id,
+      accountId: data.accountId!,
+      keyId: data.keyId,
+      tool: data.tool,
+      status,
+      sandbox: data.sandbox,
+      agentName: data.agentName,
+      createdAt: job.createdAt ?? null,
+      holdId: status === 'completed' && data.priceCents > 0 ? job.id : null,
+    };
+  }
+
+  /**
+   * Stores a final failure (best effort: a failure to store it only costs GET /jobs its record).
+   * Returns the job's completed outcome when it turns out to have one.
+   */
+  private async recordFailure(data: CallJobData, job: JobRun, err: AppError): Promise<StoredOutcome | null> {
+    try {
+      const out = await this.deps.settler.settle({ ...this.settlement(data, job, 'failed'), amount: 0, costCents: 0, result: err.toJSON(), usage: null });
+      if (out.prior?.status === 'completed') return out.prior;
+      if (!out.stored && !out.prior) {
+        const prior = await this.deps.results.get(job.id);
+        if (prior?.status === 'completed') return prior;
+      }
+    } catch (e) {
+      this.deps.log.warn({ err: (e as Error).message, job: job.id }, 'recording a failed call failed');
+    }
+    return null;
+  }
+
+  /** Answers with a stored outcome: the completed body as first answered, or its failure (final). */
+  private async answerWith(data: CallJobData, jobId: string, prior: StoredOutcome): Promise<CallResult> {
+    if (prior.status === 'failed') {
+      await this.releaseHold(data, jobId);
+      throw new JobFailure(AppError.fromJSON(prior.body as unknown as SerializedError), true);
+    }
+    // Its charge is durable: the hold (if a crash left it) goes, as the settler would have dropped it.
+    if (data.accountId && data.priceCents > 0) {
+      await this.deps.credits.settled([{ accountId: data.accountId, holdId: jobId }]).catch(() => {});
+    }
+    return (prior.truncated ? { ...prior.body, truncated: true } : prior.body) as unknown as CallResult;
   }
 
   /** Gives back the hold of a job that failed for good. Safe to call more than once. */
