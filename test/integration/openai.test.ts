@@ -299,3 +299,35 @@ describe('Idempotency-Key on chat completions', () => {
     expect(json(streamed).error).toMatchObject({ code: 'invalid_input', type: 'invalid_request_error' });
   });
 });
+
+describe('Idempotency-Key on a chat completion whose client hangs up', () => {
+  it('keeps the key: the retry gets the completion of the first job, charged once', async () => {
+    const acct = await h.account('starter', 50);
+    const gate = deferred();
+    llm.enqueue({ type: 'tokens', tokens: ['Slow ', 'answer.'], beforeToken: (i) => (i === 0 ? gate.promise : undefined) });
+    const before = llm.requests.length;
+    const send = (signal?: AbortSignal) =>
+      fetch(`${baseURL}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${acct.apiKey}`, 'content-type': 'application/json', 'idempotency-key': 'chat-gone-1' },
+        body: JSON.stringify({ model: 'svc-hints', messages: ask('slow one') }),
+        signal,
+      });
+    const abort = new AbortController();
+    const first = send(abort.signal).catch((e: Error) => e);
+    // The model has the request: the job runs. The client hangs up.
+    while (llm.requests.length === before) await new Promise((r) => setTimeout(r, 10));
+    abort.abort();
+    expect(await first).toBeInstanceOf(Error);
+    await new Promise((r) => setTimeout(r, 100));
+    gate.resolve();
+    const retry = await send();
+    expect(retry.status).toBe(200);
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    const body = (await retry.json()) as { object: string; choices: Array<{ message: { content: string } }> };
+    expect(body.object).toBe('chat.completion');
+    expect(body.choices[0]!.message.content).toBe('Slow answer.');
+    expect(llm.requests.length - before).toBe(1);
+    expect(await h.ledgerCharges(acct.accountId)).toBe(1);
+  });
+});
