@@ -73,7 +73,7 @@ describe('Redis down', () => {
     await stopRedis();
     await until(async () => h.container.redis.status !== 'ready', 5_000);
 
-    for (const headers of [{}, { prefer: 'respond-async' }]) {
+    for (const headers of [{}, { prefer: 'respond-async' }] as Array<Record<string, string>>) {
       const t0 = Date.now();
       const res = await h.call('compute', { expression: '6 * 7' }, acct.apiKey, headers);
       const took = Date.now() - t0;
