@@ -123,7 +123,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   if (opts.api) {
     // Queues are opened now, while Redis is known to be up: a Queue first opened during an outage
     // would wait for the reconnect and add its job then, behind the caller's back.
-    await Promise.all(FAMILIES.map((f) => queues.queue(f).waitUntilReady()));
+    await Promise.all([...FAMILIES.map((f) => queues.queue(f).waitUntilReady()), queues.flowProducer().waitUntilReady()]);
     // A job that failed outside its worker's hands (stalled too often: its process died twice)
     // gives back its hold and its slot here.
     const dispatcher = new CompletionDispatcher(config, log, async (jobId) => {

@@ -69,8 +69,13 @@ export class JobQueues {
    * the next); a parallel request is one root with every tool as a direct child.
    */
   async addFlow(tree: FlowJob): Promise<void> {
+    await this.flowProducer().add(tree);
+  }
+
+  /** Opened at start-up with the queues: one first opened during an outage would add its flow after it. */
+  flowProducer(): FlowProducer {
     this.flows ??= new FlowProducer({ connection: this.connection, prefix: this.config.REDIS_PREFIX });
-    await this.flows.add(tree);
+    return this.flows;
   }
 
   flowNode(step: FlowStep, children?: FlowJob[], extra: JobsOptions = {}): FlowJob {

@@ -173,7 +173,16 @@ export class CallService {
     opts.onQueued?.(jobId);
     const outcome = wait ? await wait.outcome : ({ state: 'pending' } as const);
     if (outcome.state === 'completed') return { status: 200, jobId, body: outcome.value };
-    if (outcome.state === 'failed') throw withJob(outcome.error, jobId);
+    if (outcome.state === 'failed') {
+      // Once charged, always reported charged: a job whose settlement committed and that then failed
+      // (stalled twice, lost its lock) answers with its stored result.
+      const stored = await this.deps.results?.get(jobId).catch(() => null);
+      if (stored?.status === 'completed') {
+        const { job_id: _id, status: _s, ...value } = ResultsStore.answer(jobId, stored);
+        return { status: 200, jobId, body: value as unknown as CallResult };
+      }
+      throw withJob(outcome.error, jobId);
+    }
     return { status: 202, jobId, body: { job_id: jobId, status: 'queued', status_url: this.statusUrl(jobId) } };
   }
 
