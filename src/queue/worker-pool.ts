@@ -92,6 +92,8 @@ export class WorkerPool {
     private readonly families: readonly Family[],
   ) {
     this.redis = connectRedis(deps.config.REDIS_URL);
+    // Reconnects on its own; the BullMQ workers report the outage.
+    this.redis.on('error', (err: Error) => deps.log.debug({ err: err.message }, 'worker pool redis connection error'));
   }
 
   async start(): Promise<void> {
