@@ -82,9 +82,10 @@ async function main() {
     const client = new Pool(`http://127.0.0.1:${port}`, { connections: 64, pipelining: 1 });
     for (;;) {
       try {
+        // Ready when a core worker beats: the split run has no other family, so /health says degraded.
         const r = await client.request({ path: '/health', method: 'GET' });
-        await r.body.text();
-        if (r.statusCode === 200) break;
+        const health = JSON.parse(await r.body.text()) as { worker_counts?: { core?: number } | null };
+        if ((health.worker_counts?.core ?? 0) > 0) break;
       } catch {
         /* not up yet */
       }

@@ -53,7 +53,6 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
   // container was built for, no HTTP replica can run without them.
   api.auth.configure({
     negativeTtlMs: config.KEY_NEGATIVE_CACHE_SECONDS * 1000,
-    pool: container.pool,
     throttle: new AuthFailureThrottle(container.redis, config.REDIS_PREFIX, config.AUTH_FAIL_PER_MINUTE, config.RATE_LIMIT_WINDOW_MS, app.log),
   });
   api.payPerCall?.limitPayers(api.limiter, config.X402_RPM);

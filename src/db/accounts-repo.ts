@@ -122,11 +122,17 @@ export class AccountsRepo {
   }
 
   async findKeyByHash(hash: string): Promise<KeyRecord | null> {
-    return this.pool.maybeOne(sql.type(KeyRecordSchema)`
-      SELECT k.id AS key_id, k.account_id, k.type, k.name, a.plan, a.rpm, a.elite, a.max_in_flight,
+    return (await this.findKeysByHash([hash])).get(hash) ?? null;
+  }
+
+  /** Keys by hash, many in one query (authentication batches lookups from throttled addresses). */
+  async findKeysByHash(hashes: string[]): Promise<Map<string, KeyRecord>> {
+    const rows = await this.pool.any(sql.type(KeyRecordSchema.extend({ key_hash: z.string() }))`
+      SELECT k.key_hash, k.id AS key_id, k.account_id, k.type, k.name, a.plan, a.rpm, a.elite, a.max_in_flight,
              k.monthly_limit_cents, k.allowed_tools, k.revoked_at
       FROM api_keys k JOIN accounts a ON a.id = k.account_id
-      WHERE k.key_hash = ${hash}`);
+      WHERE k.key_hash = ANY(${sql.array(hashes, 'text')})`);
+    return new Map(rows.map(({ key_hash, ...record }) => [key_hash, record]));
   }
 
   /** Revokes a key; with `accountId`, only a key of that account. Returns the key's hash, or null. */

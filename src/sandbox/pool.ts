@@ -81,7 +81,8 @@ interface Task {
  * tools that run on the event loop). Each call gets a wall-clock deadline, a heap cap (threads are
  * created with `resourceLimits` for one memory size and reused only for calls of that size) and a
  * result size cap. At most SANDBOX_THREADS threads exist, created on demand; one owner may hold at
- * most max(1, floor(SANDBOX_THREADS * FAIR_SHARE)) of them while others wait.
+ * most max(1, floor(SANDBOX_THREADS * FAIR_SHARE)) of them while others wait, and, alone in the queue,
+ * every thread but one share's worth.
  */
 export class SandboxPool {
   /** False when ISOLATION=off: work runs on the calling event loop (benchmarks only). */
@@ -174,10 +175,14 @@ export class SandboxPool {
     const loading = new Map<number, number>();
     for (const t of this.threads) if (!t.ready) loading.set(t.memoryMb, (loading.get(t.memoryMb) ?? 0) + 1);
     const taken = new Map<string, number>();
+    // An owner alone in the queue may use more than its share, but never the last share's worth of
+    // threads: those stay free for the next owner to arrive (as with the workers' fair share).
+    const alone = new Set(this.queue.map((t) => t.call.owner)).size === 1;
+    const cap = alone ? Math.max(this.ownerCap, this.maxThreads - this.ownerCap) : this.ownerCap;
     for (let i = 0; i < this.queue.length; i++) {
       const task = this.queue[i]!;
       const owner = task.call.owner;
-      if ((this.running.get(owner) ?? 0) + (taken.get(owner) ?? 0) >= this.ownerCap) continue;
+      if ((this.running.get(owner) ?? 0) + (taken.get(owner) ?? 0) >= cap) continue;
       const thread = this.threadFor(task, loading);
       if (!thread) {
         // This task waits for a thread; the owner's place is held so its later tasks do not jump ahead.
@@ -221,11 +226,14 @@ export class SandboxPool {
   }
 
   private start(task: Task, thread: Thread): void {
+    // A ready thread has its modules loaded: the call's own time starts now. Otherwise the thread
+    // says 'started' once it has imported the module, and only loading is timed until then.
+    const warm = thread.modules.has(task.work.module);
     thread.modules.add(task.work.module);
     task.thread = thread;
     thread.task = task;
     this.running.set(task.call.owner, (this.running.get(task.call.owner) ?? 0) + 1);
-    task.timer = setTimeout(() => this.expire(task, 'load'), LOAD_TIMEOUT_MS);
+    task.timer = warm ? setTimeout(() => this.expire(task, 'run'), task.limits.timeMs) : setTimeout(() => this.expire(task, 'load'), LOAD_TIMEOUT_MS);
     thread.worker.postMessage({ type: 'run', id: task.id, work: task.work, maxResultBytes: task.limits.maxResultBytes });
   }
 

@@ -19,8 +19,21 @@ let current = 0;
 // Log lines travel to the parent, which writes them through the call's own logger.
 const log = pino({ level: config.LOG_LEVEL, base: undefined }, { write: (line: string) => send({ type: 'log', id: current, line }) });
 
+// Each module is imported once per thread: a repeated dynamic import still goes through the module
+// loader (under tsx, a round trip to its hooks thread), which cost more than a whole compute call.
+const modules = new Map<string, Promise<Record<string, unknown>>>();
+const load = (m: string) => {
+  let mod = modules.get(m);
+  if (!mod) {
+    mod = import(m) as Promise<Record<string, unknown>>;
+    modules.set(m, mod);
+    mod.catch(() => modules.delete(m));
+  }
+  return mod;
+};
+
 // A module that fails here fails again, visibly, when a call uses it.
-for (const m of preload) await import(m).catch(() => {});
+for (const m of preload) await load(m).catch(() => {});
 port.on('message', (m: ToThread) => void run(m));
 send({ type: 'ready' });
 
@@ -39,18 +52,24 @@ async function run({ id, work, maxResultBytes }: ToThread): Promise<void> {
 }
 
 async function execute(id: number, work: Work, usage: Record<string, number>): Promise<unknown> {
-  const mod = (await import(work.module)) as Record<string, unknown>;
+  // The pool counts a call's time from here; for a module already loaded it started the clock itself.
+  const cold = !modules.has(work.module);
+  const started = () => cold && send({ type: 'started', id });
+  const mod = await load(work.module);
   if (work.kind === 'task') {
     const fn = mod[work.export];
     if (typeof fn !== 'function') throw new Error(`${work.module} exports no function ${work.export}`);
-    send({ type: 'started', id });
+    started();
     return await (fn as (input: unknown) => unknown)(work.input);
   }
   const tool = Object.values(mod).find((v): v is AnyTool => isTool(v) && v.name === work.name);
   if (!tool) throw new Error(`${work.module} exports no tool named ${work.name}`);
   const ctx: ToolContext = {
     config,
-    log: log.child({ tool: tool.name }),
+    // Made on first use: most calls never log.
+    get log() {
+      return log.child({ tool: tool.name });
+    },
     // The pool stops a call by terminating the thread, so this signal never fires; it is here so
     // handlers written for the event loop run unchanged.
     signal: new AbortController().signal,
@@ -65,7 +84,7 @@ async function execute(id: number, work: Work, usage: Record<string, number>): P
     // Already in a thread: nested tasks run here.
     isolate: (name, payload) => runTaskInline(name, payload),
   };
-  send({ type: 'started', id });
+  started();
   return await tool.handler(work.input, ctx);
 }
 

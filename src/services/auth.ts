@@ -1,9 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { z } from 'zod';
 import { AppError } from '../errors.js';
-import { sql, type DatabasePool } from '../db/pool.js';
-import { KeyRecordSchema, type AccountsRepo, type KeyRecord } from '../db/accounts-repo.js';
+import type { AccountsRepo, KeyRecord } from '../db/accounts-repo.js';
 import type { Plan } from '../tools/types.js';
 import { parseKey, type KeyType } from './keys.js';
 
@@ -137,20 +135,6 @@ export interface FrontDoorOptions {
   negativeTtlMs: number;
   /** Per-address throttle of failed authentications; applied when `authenticate` is given an address. */
   throttle?: AuthFailureThrottle;
-  /** For batched lookups of keys from throttled addresses (one query for many keys); else one query each. */
-  pool?: DatabasePool;
-}
-
-const KeyRowSchema = KeyRecordSchema.extend({ key_hash: z.string() });
-
-/** AccountsRepo.findKeyByHash for many keys in one query. */
-async function findKeysByHash(pool: DatabasePool, hashes: string[]): Promise<Map<string, KeyRecord>> {
-  const rows = await pool.any(sql.type(KeyRowSchema)`
-    SELECT k.key_hash, k.id AS key_id, k.account_id, k.type, k.name, a.plan, a.rpm, a.elite, a.max_in_flight,
-           k.monthly_limit_cents, k.allowed_tools, k.revoked_at
-    FROM api_keys k JOIN accounts a ON a.id = k.account_id
-    WHERE k.key_hash = ANY(${sql.array(hashes, 'text')})`);
-  return new Map(rows.map(({ key_hash, ...record }) => [key_hash, record]));
 }
 
 /** Bounds of the in-memory key state, so a flood of random keys cannot grow the process without end. */
@@ -201,7 +185,6 @@ export class KeyAuthenticator {
   private generation = 0;
   private negativeTtlMs = 0;
   private throttle: AuthFailureThrottle | undefined;
-  private pool: DatabasePool | undefined;
   /** Keys from throttled addresses waiting for the next batched lookup, with their waiters. */
   private queued = new Map<string, Array<{ resolve(r: KeyRecord | null): void; reject(e: unknown): void }>>();
   private batchTimer: NodeJS.Timeout | null = null;
@@ -224,7 +207,6 @@ export class KeyAuthenticator {
   configure(opts: Partial<FrontDoorOptions>): void {
     if (opts.negativeTtlMs !== undefined) this.negativeTtlMs = opts.negativeTtlMs;
     if (opts.throttle !== undefined) this.throttle = opts.throttle;
-    if (opts.pool !== undefined) this.pool = opts.pool;
   }
 
   /** Subscribes to key changes; `sub` must be a connection dedicated to subscriptions. */
@@ -355,9 +337,7 @@ export class KeyAuthenticator {
     const generation = this.generation;
     const hashes = [...batch.keys()];
     try {
-      const found = this.pool
-        ? await findKeysByHash(this.pool, hashes)
-        : new Map((await Promise.all(hashes.map(async (h) => [h, await this.accounts.findKeyByHash(h)] as const))).filter((e): e is [string, KeyRecord] => !!e[1]));
+      const found = await this.accounts.findKeysByHash(hashes);
       for (const [hash, waiters] of batch) {
         const record = this.remember(hash, found.get(hash) ?? null, generation);
         for (const w of waiters) w.resolve(record);
