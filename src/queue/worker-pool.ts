@@ -16,17 +16,19 @@ import { WorkerHeartbeat } from './heartbeat.js';
 const JOB_FINISHED = new Error('job finished');
 
 /** A job over its owner's fair share waits this long at first, doubling per wait up to the maximum. */
-const FAIR_WAIT_MS = 100;
+const FAIR_WAIT_MS = 25;
 const FAIR_WAIT_MAX_MS = 2_000;
 
 /**
  * Fair share of one family's workers in this process. BullMQ's open-source edition has no per-group
  * concurrency, so the processor decides: an owner (account or payer) already running its share
- * (`share` jobs) gets a further job only while nobody else's job waits in the queue, and never more
- * than `concurrency - share`, so a share's worth of workers is always free for a newcomer. A job it
- * may not run now is moved back to the delayed set (not counted as an attempt) and the worker takes
- * the next job in the queue, whoever's it is. Counted per process: each replica gives an owner its
- * share of its own workers, so the share of the whole pool is the same.
+ * (`share` jobs) gets a further job only while no other owner has a job running here, and never more
+ * than `concurrency - share`, so a share's worth of workers is always free for a newcomer: the worker
+ * keeps taking jobs, sends back the ones over their owner's limit, and reaches the newcomer's job at
+ * once. A job sent back goes to the delayed set (not counted as an attempt; 25 ms at first, doubling
+ * to 2 s) and the worker takes the next job in the queue, whoever's it is. Once another owner runs
+ * here, a busy owner's excess drains down to its share as its jobs finish. Counted per process: each
+ * replica gives an owner its share of its own workers, so the share of the whole pool is the same.
  *
  * Strict caps would leave workers idle while one busy account waits; this keeps the pool working for
  * a lone account and still gives every other account a worker as soon as its job reaches the front.
@@ -39,14 +41,13 @@ class FairShare {
   constructor(
     readonly share: number,
     private readonly concurrency: number,
-    /** Jobs waiting in the family's queue. */
-    private readonly waiting: () => Promise<number>,
   ) {}
 
-  async tryStart(owner: string, jobId: string): Promise<boolean> {
+  tryStart(owner: string, jobId: string): boolean {
     const n = this.running.get(owner) ?? 0;
-    if (n >= this.share && (n >= this.concurrency - this.share || (await this.waiting()) > 0)) return false;
-    this.running.set(owner, (this.running.get(owner) ?? 0) + 1);
+    const othersRunning = this.running.size > (n > 0 ? 1 : 0);
+    if (n >= this.share && (n >= this.concurrency - this.share || othersRunning)) return false;
+    this.running.set(owner, n + 1);
     this.waits.delete(jobId);
     return true;
   }
@@ -100,8 +101,7 @@ export class WorkerPool {
     const { config, log } = this.deps;
     for (const family of this.families) {
       const concurrency = concurrencyFor(config, family);
-      const waitKey = `${config.REDIS_PREFIX}:${queueName(family)}:wait`;
-      const fair = new FairShare(Math.max(1, Math.floor(concurrency * config.FAIR_SHARE)), concurrency, () => this.redis.llen(waitKey));
+      const fair = new FairShare(Math.max(1, Math.floor(concurrency * config.FAIR_SHARE)), concurrency);
       const worker = new Worker<CallJobData, CallResult>(queueName(family), (job, token) => this.fairly(fair, job, token), {
         connection: connectRedis(config.REDIS_URL),
         prefix: config.REDIS_PREFIX,
@@ -123,7 +123,7 @@ export class WorkerPool {
   private async fairly(fair: FairShare, job: Job<CallJobData, CallResult>, token: string | undefined): Promise<CallResult> {
     const owner = job.name === PARALLEL_ROOT_JOB ? null : slotOwner(job.data);
     if (!owner) return this.process(job);
-    if (!(await fair.tryStart(owner, job.id!))) {
+    if (!fair.tryStart(owner, job.id!)) {
       await job.moveToDelayed(Date.now() + fair.waitFor(job.id!), token);
       throw new DelayedError();
     }

@@ -324,3 +324,41 @@ describe('Idempotency-Key on MCP tools/call', () => {
     await client.close();
   });
 });
+
+describe('Idempotency-Key on an MCP tools/call whose client hangs up', () => {
+  it('keeps the key: the retry gets the result of the job the first call started, charged once', async () => {
+    const acct = await h.account('pro', 100);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    llm.enqueue({ type: 'tokens', tokens: ['Try ', 'halving.'], beforeToken: (i) => (i === 0 ? gate : undefined) });
+    const before = llm.requests.length;
+    const send = (signal?: AbortSignal) =>
+      fetch(url, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${acct.apiKey}`,
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          'idempotency-key': 'mcp-gone-1',
+        },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'hints', arguments: { problem: 'binary search' } } }),
+        signal,
+      });
+    const abort = new AbortController();
+    const first = send(abort.signal).then((r) => r.text()).catch((e: Error) => e);
+    while (llm.requests.length === before) await new Promise((r) => setTimeout(r, 10));
+    abort.abort();
+    expect(await first).toBeInstanceOf(Error);
+    await new Promise((r) => setTimeout(r, 100));
+    release();
+    const retry = await send();
+    expect(retry.status).toBe(200);
+    const body = (await retry.json()) as { result: { isError?: boolean; structuredContent: { result: { text?: string }; cost_cents: number } } };
+    expect(body.result.isError).toBeFalsy();
+    expect(body.result.structuredContent.cost_cents).toBeGreaterThan(0);
+    expect(JSON.stringify(body.result.structuredContent.result)).toContain('Try halving.');
+    expect(llm.requests.length - before).toBe(1);
+    expect(await h.ledgerCharges(acct.accountId)).toBe(1);
+  });
+});
+
