@@ -7,6 +7,7 @@ import { connectionOptions, installConnectionLimits } from './plugins/connection
 import { installJsonBodyParser } from './plugins/json-body.js';
 import { AuthFailureThrottle, type KeyCaller } from './services/auth.js';
 import { metaRoutes } from './routes/meta.js';
+import { metricsRoutes } from './routes/metrics.js';
 import { callRoutes } from './routes/calls.js';
 import { rootRoutes } from './routes/root.js';
 import { streamRoutes } from './routes/stream.js';
@@ -67,9 +68,17 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
   app.addHook('onSend', async (req, reply) => {
     reply.header('x-request-id', req.id);
   });
+  // Requests and their times by route pattern (never the raw URL), for GET /metrics.
+  const { metrics } = container;
+  app.addHook('onResponse', async (req, reply) => {
+    const route = req.routeOptions.url ?? '(unmatched)';
+    metrics.httpRequests.inc({ route, method: req.method, status: String(reply.statusCode) });
+    metrics.httpDuration.observe({ route, method: req.method }, reply.elapsedTime / 1000);
+  });
   installErrorHandling(app);
   installJsonBodyParser(app, config.MAX_JSON_DEPTH);
   await app.register(metaRoutes);
+  await app.register(metricsRoutes);
   await app.register(callRoutes);
   await app.register(rootRoutes);
   await app.register(streamRoutes);

@@ -49,6 +49,10 @@ export const ConfigSchema = z
     SETTLE_BATCH_MS: int(0, 0, 1000),
     SETTLE_BATCH_MAX: int(500, 1, 10_000),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    /** A worker process's Prometheus listener (GET /metrics); 0 = none. The API serves GET /metrics on PORT. */
+    METRICS_PORT: int(0, 0, 65535),
+    /** When set, GET /metrics needs `Authorization: Bearer <METRICS_TOKEN>`. */
+    METRICS_TOKEN: z.string().default(''),
     /** host:port pairs that page_fetch may reach even though they resolve to blocked addresses. */
     FETCH_ALLOWED_HOSTS: hostPortList,
     /** DNS servers (ip or ip:port, comma-separated) for domain_check and page_fetch; empty = system resolver. */

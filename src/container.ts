@@ -25,6 +25,8 @@ import { Idempotency } from './calls/idempotency.js';
 import { PayPerCall } from './services/pay-per-call.js';
 import { createSettler } from './services/x402/settler.js';
 import { InFlightSlots, slotOwner } from './access/in-flight.js';
+import { Metrics } from './ops/metrics.js';
+import { workerCounts } from './queue/heartbeat.js';
 
 export interface Container {
   config: Config;
@@ -43,6 +45,8 @@ export interface Container {
   slots: InFlightSlots;
   /** Repairs Redis's money state after crashes (holds, avail, sub-key months, in-flight slots). */
   reconciler: Reconciler;
+  /** This process's Prometheus registry and metrics (src/ops/metrics.ts). */
+  metrics: Metrics;
   /** Present in processes that serve HTTP. */
   api?: { dispatcher: CompletionDispatcher; auth: KeyAuthenticator; calls: CallService; limiter: RateLimiter; idempotency: Idempotency; payPerCall?: PayPerCall };
   workers?: WorkerPool;
@@ -75,7 +79,8 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   const records = new JobRecords(redis, config.REDIS_PREFIX);
   const settlePool = new pg.Pool({ connectionString: config.DATABASE_URL, max: 2 });
   settlePool.on('error', (err) => log.warn({ err: err.message }, 'settlement connection error'));
-  const settler = new Settler(settlePool, credits, log, config.SETTLE_BATCH_MS, config.SETTLE_BATCH_MAX, config.RESULT_MAX_BYTES);
+  const metrics = new Metrics();
+  const settler = new Settler(settlePool, credits, log, config.SETTLE_BATCH_MS, config.SETTLE_BATCH_MAX, config.RESULT_MAX_BYTES, metrics);
   const results = new ResultsStore(pool, { days: config.JOB_RESULT_DAYS, redis, prefix: config.REDIS_PREFIX, log });
   // Threads for CPU work on caller input (src/sandbox/pool.ts). A process running workers starts one
   // with its isolated tools' modules loaded, so the first call does not wait for them; the rest start on use.
@@ -90,9 +95,10 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   });
 
   const c: Container = {
-    config, log, pool, redis, accounts, credits, sealer, queues, records, runner, settler, results, slots, reconciler,
+    config, log, pool, redis, accounts, credits, sealer, queues, records, runner, settler, results, slots, reconciler, metrics,
     close: async () => {
       for (const close of closers.reverse()) await close().catch((err) => log.warn({ err }, 'error while closing'));
+      metrics.close();
     },
   };
   closers.push(() => pool.end(), () => settlePool.end(), async () => redis.quit());
@@ -103,7 +109,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   if (opts.workerFamilies.length) {
     // The event log keeps progress for SSE replay (GET /jobs/{id}/events, src/queue/job-events.ts).
     const events = new JobEventLog(redis, config.REDIS_PREFIX);
-    const workers = new WorkerPool({ config, log, runner, records, events, slots }, opts.workerFamilies);
+    const workers = new WorkerPool({ config, log, runner, records, events, slots, metrics }, opts.workerFamilies);
     await workers.start();
     c.workers = workers;
     // Workers close first (finish their jobs), then the settler drains, then connections.
@@ -124,6 +130,11 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     // Queues are opened now, while Redis is known to be up: a Queue first opened during an outage
     // would wait for the reconnect and add its job then, behind the caller's back.
     await Promise.all([...FAMILIES.map((f) => queues.queue(f).waitUntilReady()), queues.flowProducer().waitUntilReady()]);
+    // Queue depths and live workers are the deployment's, read at scrape time by the processes serving the API.
+    metrics.watchDeployment(
+      (f) => queues.queue(f).getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed'),
+      async () => (await workerCounts(redis, config.REDIS_PREFIX)).counts,
+    );
     // A job that failed outside its worker's hands (stalled too often: its process died twice)
     // gives back its hold and its slot here.
     const dispatcher = new CompletionDispatcher(config, log, async (jobId) => {

@@ -6,6 +6,7 @@ import { parseArgs } from 'node:util';
 import { checkServices, configOrDie, die, makeLogger, onStopSignal, runMigrations } from '../src/bootstrap.js';
 import { createContainer } from '../src/container.js';
 import { FAMILIES, type Family } from '../src/config.js';
+import { serveMetrics } from '../src/ops/metrics.js';
 
 const { values } = parseArgs({ options: { family: { type: 'string', multiple: true } }, allowPositionals: false });
 const asked = values.family ?? [];
@@ -25,8 +26,17 @@ const log = makeLogger(config);
 await checkServices(config);
 await runMigrations(config, log);
 const container = await createContainer(config, log, { api: false, workerFamilies: families });
+// This process's Prometheus metrics on METRICS_PORT (0: none).
+const metricsServer = config.METRICS_PORT
+  ? await serveMetrics(container.metrics, { port: config.METRICS_PORT, host: config.HOST, token: config.METRICS_TOKEN })
+  : null;
+if (metricsServer) log.info({ port: config.METRICS_PORT }, 'metrics listening');
 log.info({ families }, 'worker process ready');
 
 // Running jobs finish and settle before the process exits; past the grace period, what is left is
 // redelivered to another worker once its lock expires.
-onStopSignal(log, config.SHUTDOWN_GRACE_MS, () => container.close());
+onStopSignal(log, config.SHUTDOWN_GRACE_MS, async () => {
+  metricsServer?.close();
+  metricsServer?.closeAllConnections();
+  await container.close();
+});

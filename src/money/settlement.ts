@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { CreditReservations } from './holds.js';
+import type { Metrics } from '../ops/metrics.js';
 
 /**
  * One finished call made with a key: its charge (if any) and its answer, written together. Keyed by the
@@ -112,6 +113,8 @@ export class Settler {
     private readonly batchMax: number,
     /** Answers larger than this (JSON bytes) are stored truncated (RESULT_MAX_BYTES). */
     private readonly resultMaxBytes: number = 1_000_000,
+    /** Batches, their sizes and times, and cents charged (src/ops/metrics.ts). */
+    private readonly metrics: Pick<Metrics, 'settlementBatches' | 'settlementBatchSize' | 'settlementSeconds' | 'centsCharged'> | null = null,
   ) {}
 
   /** Resolves once the settlement is committed (or found already there). */
@@ -165,8 +168,20 @@ export class Settler {
 
   private async write(batch: Pending[]): Promise<void> {
     let settled: Settled[];
+    const m = this.metrics;
+    const started = m ? process.hrtime.bigint() : 0n;
     try {
       settled = await this.commit(batch.map((p) => p.entry));
+      if (m) {
+        m.settlementSeconds.observe(Number(process.hrtime.bigint() - started) / 1e9);
+        m.settlementBatches.inc();
+        m.settlementBatchSize.observe(batch.length);
+        // Charged now: completed, written by this statement (not a redelivery's second settlement).
+        batch.forEach((p, i) => {
+          const e = p.entry;
+          if (e.status === 'completed' && e.amount > 0 && settled[i]!.stored) m.centsCharged.inc({ tool: e.tool }, e.amount);
+        });
+      }
     } catch (e) {
       // A value Postgres refuses (class 22, data exception) fails only its own entry: retry one by one.
       const code = (e as { code?: string }).code;

@@ -8,6 +8,8 @@ import { dependencyUnavailable, isDependencyError } from '../queue/redis.js';
 export function installErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((raw: FastifyError | AppError | Error, req, reply) => {
     const err = toAppError(raw);
+    // Refusals by limit or payment, by their code (tollgate_refusals_total{reason}).
+    app.container?.metrics.refused(err.code);
     if (err.code === 'service_unavailable') req.log.warn({ err: (raw as Error).message }, 'dependency unavailable');
     else if (err.status >= 500) req.log.error({ err: raw }, 'request failed');
     for (const [k, v] of Object.entries(err.headers)) reply.header(k, v);

@@ -11,6 +11,8 @@ import type { JobEventLog, LoggedEvent } from './job-events.js';
 import { PARALLEL_ROOT_JOB } from './flows.js';
 import { slotOwner, type InFlightSlots } from '../access/in-flight.js';
 import { WorkerHeartbeat } from './heartbeat.js';
+import { findTool } from '../tools/index.js';
+import type { Metrics } from '../ops/metrics.js';
 
 /** Reason given to a finished job's signal; one shared object, so no DOMException per job. */
 const JOB_FINISHED = new Error('job finished');
@@ -89,6 +91,8 @@ export class WorkerPool {
       events?: JobEventLog;
       /** Jobs in flight per account: a job's slot is given back when it finishes or fails for good. */
       slots: InFlightSlots;
+      /** Tool calls, run times and queue waits (src/ops/metrics.ts). */
+      metrics?: Metrics;
     },
     private readonly families: readonly Family[],
   ) {
@@ -145,6 +149,15 @@ export class WorkerPool {
     const abort = new AbortController();
     const ephemeral = job.data.edgeToken !== undefined;
     const record = { keyId: job.data.keyId, accountId: job.data.accountId };
+    const m = this.deps.metrics;
+    const labels = { tool: job.data.tool, family: findTool(job.data.tool)?.family ?? 'unknown' };
+    const started = performance.now();
+    if (m && job.attemptsMade === 0 && job.processedOn) m.queueWaitSeconds.observe({ family: labels.family }, Math.max(0, job.processedOn - job.timestamp) / 1000);
+    // A call's outcome is counted once: when it succeeds or fails for good (not a failure to be retried).
+    const finished = (outcome: string) => {
+      m?.toolRunSeconds.observe(labels, (performance.now() - started) / 1000);
+      m?.toolCalls.inc({ ...labels, outcome });
+    };
     try {
       const value = await this.deps.runner.run(job.data, {
         id: job.id!,
@@ -166,6 +179,7 @@ export class WorkerPool {
           return first?.result;
         },
       });
+      finished('ok');
       // The call is settled and answered now: a failure below must not fail (and re-run) it.
       if (ephemeral) {
         await this.deps.records
@@ -178,6 +192,7 @@ export class WorkerPool {
     } catch (e) {
       if (!(e instanceof JobFailure)) throw e;
       if (e.final) {
+        finished(e.error.code);
         // Later chain steps never run once this one failed: their slots go back with its own.
         await this.releaseSlots(job.data, [job.id!, ...(job.data.laterSteps ?? [])]);
         if (ephemeral) await this.deps.records.put(job.id!, { state: 'failed', error: e.error.toJSON(), ...record });
