@@ -17,6 +17,10 @@ import { createSettler, exportAwaitingSettlement, listAwaitingSettlement, markFa
 
 const USAGE = `usage: npm run admin -- <command>
   account create --plan <free|starter|pro|enterprise> --credits <cents> [--name <text>]
+  account create --plan <plan> --credits <cents> --name <text> --if-absent
+                                                     the first account with that name if there is one
+                                                     (api_key null: keys are stored only as hashes),
+                                                     else a new one with its key (the compose seed)
   account show   --account <id>
   account set    --account <id> [--plan <plan>] [--rpm <n>] [--elite true|false] [--max-in-flight <n>]
   credits add    --account <id> --cents <n>
@@ -44,6 +48,7 @@ const { positionals, values } = parseArgs({
     id: { type: 'string' },
     tx: { type: 'string' },
     reason: { type: 'string' },
+    'if-absent': { type: 'boolean' },
     help: { type: 'boolean' },
   },
 });
@@ -64,11 +69,15 @@ async function main(): Promise<unknown> {
   const pool = await openPool(config.DATABASE_URL, { maximumPoolSize: 2 });
   const redis = connectRedis(config.REDIS_URL);
   const accounts = new AccountsRepo(pool);
-  const admin = new AdminService({ accounts, credits: new CreditReservations(redis, config.REDIS_PREFIX, accounts), redis, prefix: config.REDIS_PREFIX });
+  const admin = new AdminService({ accounts, credits: new CreditReservations(redis, config.REDIS_PREFIX, accounts), redis, prefix: config.REDIS_PREFIX, pool });
   const flags = (schema: z.ZodRawShape) => parseOrThrow(z.object(schema), values, `${command}`);
   try {
     switch (command) {
       case 'account create': {
+        if (values['if-absent']) {
+          const f = flags({ plan, credits: cents, name: z.string({ required_error: 'is required with --if-absent' }).trim().min(1), 'if-absent': z.boolean() });
+          return await admin.createAccountIfAbsent(f.plan, f.credits, f.name);
+        }
         const f = flags({ plan, credits: cents, name: z.string().optional() });
         const r = await admin.createAccount(f.plan, f.credits, f.name);
         return { account_id: r.account_id, api_key: r.api_key, key_id: r.key_id, plan: r.plan, credits: r.credits };

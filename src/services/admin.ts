@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { AppError } from '../errors.js';
-import type { AccountsRepo } from '../db/accounts-repo.js';
+import { AccountSchema, type AccountsRepo } from '../db/accounts-repo.js';
+import { sql, type DatabasePool } from '../db/pool.js';
 import type { Plan } from '../tools/types.js';
 import type { CreditReservations } from '../money/holds.js';
 import { KeyAuthenticator } from './auth.js';
@@ -10,13 +11,62 @@ import type { KeyType } from './keys.js';
 /** Operator actions, shared by the admin CLI and the demo seed. */
 export class AdminService {
   constructor(
-    private readonly deps: { accounts: AccountsRepo; credits: CreditReservations; redis: Redis; prefix: string },
+    private readonly deps: {
+      accounts: AccountsRepo;
+      credits: CreditReservations;
+      redis: Redis;
+      prefix: string;
+      /** Needed only by createAccountIfAbsent (a lookup by name under a lock). */
+      pool?: DatabasePool;
+    },
   ) {}
 
   async createAccount(plan: Plan, credits: number, name?: string) {
     const account = await this.deps.accounts.createAccount({ plan, credits, name: name ?? null });
     const key = await this.deps.accounts.createKey({ accountId: account.id, type: 'production', name: 'default' });
     return { account_id: account.id, api_key: key.api_key, key_id: key.key_id, plan: account.plan, credits: account.credits };
+  }
+
+  /**
+   * The first account named `name` (oldest first), or a new one with a production key when there is
+   * none: what the compose `seed` service runs on every `up`. Concurrent callers are serialised by an
+   * advisory lock, so two of them never both create the account.
+   *
+   * An existing account's key cannot be shown again: only its SHA-256 hash is stored. So `api_key` is
+   * null then, and the note says where the key was printed and how to issue another one. No key is
+   * issued for an existing account, or every `up` would leave one more live key behind.
+   */
+  async createAccountIfAbsent(plan: Plan, credits: number, name: string) {
+    const pool = this.deps.pool;
+    if (!pool) throw new Error('AdminService.createAccountIfAbsent needs the database pool');
+    const lockKey = 'tollgate:account-by-name:' + name;
+    // A session lock on a connection of its own, not a transaction: the repository creates the
+    // account and its key on other connections (slonik refuses those inside a transaction), and
+    // both commit before the lock is released, so the next caller finds the account.
+    return pool.connect(async (conn) => {
+      await conn.query(sql.unsafe`SELECT pg_advisory_lock(hashtext(${lockKey}))`);
+      try {
+        const found = await conn.maybeOne(sql.type(AccountSchema)`
+          SELECT id, name, plan, credits, rpm, elite, max_in_flight, created_at FROM accounts
+          WHERE name = ${name} ORDER BY created_at, id LIMIT 1`);
+        if (found) {
+          return {
+            account_id: found.id,
+            created: false,
+            api_key: null,
+            plan: found.plan,
+            credits: found.credits,
+            note:
+              `Account '${name}' already exists. Its key was printed once, when it was created (keys are stored only as hashes and cannot be shown again); ` +
+              `issue another with: admin key create --account ${found.id} --type production`,
+          };
+        }
+        const r = await this.createAccount(plan, credits, name);
+        return { ...r, created: true };
+      } finally {
+        await conn.query(sql.unsafe`SELECT pg_advisory_unlock(hashtext(${lockKey}))`).catch(() => {});
+      }
+    });
   }
 
   async addCredits(accountId: string, cents: number) {
