@@ -14,6 +14,7 @@ import { streamRoutes } from './routes/stream.js';
 import { subkeyRoutes } from './routes/subkeys.js';
 import { mcpRoutes } from './routes/mcp.js';
 import { openAiRoutes } from './routes/openai.js';
+import { installCors, openApiRoutes } from './routes/openapi.js';
 import { rateLimitHeaders } from './services/rate-limit.js';
 
 declare module 'fastify' {
@@ -77,6 +78,8 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
   });
   installErrorHandling(app);
   installJsonBodyParser(app, config.MAX_JSON_DEPTH);
+  // CORS for every route but /mcp (which has its own origin check): before the routes, so it covers them.
+  await installCors(app, config);
   await app.register(metaRoutes);
   await app.register(metricsRoutes);
   await app.register(callRoutes);
@@ -85,5 +88,6 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
   await app.register(subkeyRoutes);
   await app.register(mcpRoutes);
   await app.register(openAiRoutes);
+  await app.register(openApiRoutes);
   return app;
 }

@@ -127,6 +127,15 @@ export const ConfigSchema = z
      * these: PUBLIC_BASE_URL's origin, and the same host reached by a loopback name or an IP address.
      */
     MCP_ALLOWED_ORIGINS: csv,
+    /**
+     * Origins allowed to call the API from a browser (CORS), comma-separated; `*` (the default) allows
+     * any. Keys are bearer tokens, never cookies, so no credentials are allowed. /mcp keeps its own check.
+     */
+    CORS_ORIGINS: z
+      .string()
+      .default('*')
+      .transform((s) => s.split(',').map((x) => x.trim().replace(/\/+$/, '')).filter(Boolean))
+      .pipe(z.array(z.string().regex(/^(\*|https?:\/\/[^/\s]+)$/, 'expected * or origins like https://app.example.com')).min(1)),
     // Language-model upstream (OpenAI-compatible chat completions).
     LLM_BASE_URL: optionalUrl,
     LLM_API_KEY: z.string().default(''),

@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
+import scalarReference from '@scalar/fastify-api-reference';
 import { sql } from '../db/pool.js';
 import { catalogue, rootDocument, toolDetail, manifest } from '../services/catalogue.js';
 import { getTool } from '../tools/index.js';
@@ -66,9 +67,26 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
 
   app.get('/v1/manifest', async (req) => manifest(baseUrl(app, req)));
 
+  // The README (full API documentation) as Markdown.
   let readme: string | null = null;
-  app.get('/docs', async (_req, reply) => {
+  app.get('/docs/readme', async (_req, reply) => {
     readme ??= await readFile(new URL('../../README.md', import.meta.url), 'utf8');
     return reply.type('text/markdown; charset=utf-8').send(readme);
+  });
+
+  // The interactive reference (Scalar) of GET /openapi.json at /docs/ (its script at /docs/js/scalar.js).
+  // The plugin answers /docs with a redirect to /docs/; the hook answers it with the same page instead,
+  // which works there too since the page's URLs are absolute.
+  let page: string | null = null;
+  await app.register(scalarReference, {
+    routePrefix: '/docs',
+    configuration: { url: '/openapi.json', cdn: '/docs/js/scalar.js', pageTitle: 'Tollgate API reference' },
+    hooks: {
+      onRequest: async (req, reply) => {
+        if (req.routeOptions.url !== '/docs') return;
+        page ??= (await app.inject({ method: 'GET', url: '/docs/' })).body;
+        return reply.type('text/html; charset=utf-8').send(page);
+      },
+    },
   });
 }
