@@ -197,6 +197,13 @@ describe('CORS', () => {
     expect(res.statusCode).toBe(403);
     expect(json(res).error.code).toBe('forbidden');
     expect(res.headers['access-control-allow-origin']).toBeUndefined();
+    // An allowed origin gets /mcp's own preflight answer, not the global one.
+    const own = 'http://127.0.0.1:8080';
+    const ok = await h.request({ method: 'OPTIONS', url: '/mcp', headers: { origin: own, host: '127.0.0.1:8080', 'access-control-request-method': 'POST' } });
+    expect(ok.statusCode).toBe(204);
+    expect(ok.headers['access-control-allow-origin']).toBe(own);
+    expect(ok.headers['access-control-allow-methods']).toBe('POST');
+    expect(ok.headers['access-control-expose-headers']).toBe('mcp-session-id, mcp-protocol-version, x-request-id');
   });
 
   it('with CORS_ORIGINS set, reflects only the listed origins', async () => {
