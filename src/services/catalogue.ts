@@ -11,11 +11,15 @@ export const API_VERSION = '1.0.0';
 /** Every route the service serves, as the root document lists them. Keep in step with src/routes. */
 export const ENDPOINTS: Record<string, string> = {
   'GET /': 'This document',
-  'GET /health': 'Health of the API, Redis and Postgres (503 when one is down)',
-  'GET /docs': 'The README: full API documentation',
+  'GET /health': 'Health of Redis, Postgres and the workers per family (503 degraded when one is down or a family has no live worker)',
+  'GET /docs': 'Interactive API reference (from /openapi.json)',
+  'GET /docs/readme': 'The README as Markdown: full API documentation',
+  'GET /openapi.json': 'OpenAPI 3.1 description of every endpoint and tool',
+  'GET /metrics': 'Prometheus metrics (METRICS_TOKEN as a bearer when set)',
   'GET /tools': 'Catalogue of every tool with its price',
   'GET /tools/{name}': "A tool's input JSON Schema, examples, price and tier",
   'POST /tools/{name}': 'Run a tool (JSON body = the tool input); Prefer: respond-async for a 202; Accept: text/event-stream for Server-Sent Events',
+  'GET /jobs': "The key's recent calls, newest first (limit, cursor, since, tool, status)",
   'GET /jobs/{id}': 'Status and result of a call, chain or parallel request (same key only)',
   'GET /jobs/{id}/events': 'Server-Sent Events of a job: stored events replayed, then live ones until its result (same key only; Last-Event-ID resumes)',
   'POST /': 'Root protocol: {chain, q}, {parallel, q}, {m, q} or {stream: true, m, q} (see protocol below)',
