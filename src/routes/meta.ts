@@ -5,6 +5,7 @@ import { sql } from '../db/pool.js';
 import { catalogue, rootDocument, toolDetail, manifest } from '../services/catalogue.js';
 import { getTool } from '../tools/index.js';
 import { workerCounts } from '../queue/heartbeat.js';
+import { buildClientPackage } from '../ops/client-package.js';
 
 /** The public base URL: PUBLIC_BASE_URL, else what the request was addressed to. */
 export function baseUrl(app: FastifyInstance, req: FastifyRequest): string {
@@ -59,6 +60,18 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
       ...(ok ? {} : { down }),
       time: new Date().toISOString(),
     });
+  });
+
+  // The stdio MCP client as an npm tarball, for `npx -y <base>/client/tollgate-mcp.tgz` (the root
+  // document's `npm`). Packed once, in memory, while the app starts; no key needed.
+  const clientPackage = buildClientPackage();
+  clientPackage.catch((e: unknown) => app.log.error({ err: e }, 'cannot pack the stdio MCP client'));
+  app.get('/client/tollgate-mcp.tgz', async (req, reply) => {
+    const { tarball, integrity } = await clientPackage;
+    const etag = `"${integrity}"`;
+    reply.header('etag', etag).header('cache-control', 'public, max-age=300');
+    if (req.headers['if-none-match'] === etag) return reply.status(304).send();
+    return reply.type('application/gzip').header('content-disposition', 'attachment; filename="tollgate-mcp.tgz"').send(tarball);
   });
 
   app.get('/tools', async () => ({ tools: catalogue() }));

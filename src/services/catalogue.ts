@@ -14,6 +14,7 @@ export const ENDPOINTS: Record<string, string> = {
   'GET /health': 'Health of Redis, Postgres and the workers per family (503 degraded when one is down or a family has no live worker)',
   'GET /docs': 'Interactive API reference (from /openapi.json)',
   'GET /docs/readme': 'The README as Markdown: full API documentation',
+  'GET /client/tollgate-mcp.tgz': 'The stdio MCP client as an npm tarball (no key): npx -y <base>/client/tollgate-mcp.tgz, see npm',
   'GET /openapi.json': 'OpenAPI 3.1 description of every endpoint and tool',
   'GET /metrics': 'Prometheus metrics (METRICS_TOKEN as a bearer when set)',
   'GET /tools': 'Catalogue of every tool with its price',
@@ -95,8 +96,9 @@ export function rootDocument(base: string, config: Config) {
     protocol: PROTOCOL_MODES,
     openai: { base_url: `${base}/v1`, models: [...llmChatModels.keys()] },
     docs: config.DOCS_URL ?? `${base}/docs`,
-    // The package's stdio MCP relay (bin/tollgate-mcp.js); npx finds it in a checkout or once installed.
-    npm: `TOLLGATE_URL=${base} TOLLGATE_API_KEY=<your key> npx tollgate-mcp`,
+    // The stdio MCP relay (bin/tollgate-mcp.js), served as a tarball at GET /client/tollgate-mcp.tgz:
+    // npx installs and runs it anywhere, given the key and this service's base URL.
+    npm: `TOLLGATE_URL=${base} TOLLGATE_API_KEY=<your key> npx -y ${base}/client/tollgate-mcp.tgz`,
   };
 }
 

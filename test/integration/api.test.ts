@@ -33,6 +33,8 @@ describe('discovery endpoints', () => {
     expect(doc.total_tools).toBe(listed);
     expect(Object.keys(doc.protocol).sort()).toEqual(['chain', 'direct', 'parallel', 'stream']);
     expect(doc.openai.models).toEqual(expect.arrayContaining(['svc-genius', 'svc-hints', 'svc-roast']));
+    // The stdio MCP client, installed by npx from the tarball this service serves, with the env it needs.
+    expect(doc.npm).toMatch(/^TOLLGATE_URL=(\S+) TOLLGATE_API_KEY=<your key> npx -y \1\/client\/tollgate-mcp\.tgz$/);
     expect(Math.abs(doc.t - Date.now() / 1000)).toBeLessThan(60);
   });
 
