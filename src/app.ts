@@ -8,6 +8,7 @@ import { installJsonBodyParser } from './plugins/json-body.js';
 import { AuthFailureThrottle, type KeyCaller } from './services/auth.js';
 import { metaRoutes } from './routes/meta.js';
 import { metricsRoutes } from './routes/metrics.js';
+import { dashboardRoutes } from './ops/dashboard.js';
 import { callRoutes } from './routes/calls.js';
 import { rootRoutes } from './routes/root.js';
 import { streamRoutes } from './routes/stream.js';
@@ -82,6 +83,8 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
   await installCors(app, config);
   await app.register(metaRoutes);
   await app.register(metricsRoutes);
+  // The queue dashboard at /admin/queues, only with ADMIN_TOKEN (its own auth, no API key, no rate limit).
+  await app.register(dashboardRoutes);
   await app.register(callRoutes);
   await app.register(rootRoutes);
   await app.register(streamRoutes);

@@ -53,6 +53,12 @@ export const ConfigSchema = z
     METRICS_PORT: int(0, 0, 65535),
     /** When set, GET /metrics needs `Authorization: Bearer <METRICS_TOKEN>`. */
     METRICS_TOKEN: z.string().default(''),
+    /**
+     * When set, the queue dashboard (Bull Board, read-only) is served at /admin/queues behind this token:
+     * basic auth with the token as password (any user name), or `Authorization: Bearer <ADMIN_TOKEN>`.
+     * Unset: no dashboard (404).
+     */
+    ADMIN_TOKEN: z.string().default(''),
     /** host:port pairs that page_fetch may reach even though they resolve to blocked addresses. */
     FETCH_ALLOWED_HOSTS: hostPortList,
     /** DNS servers (ip or ip:port, comma-separated) for domain_check and page_fetch; empty = system resolver. */
