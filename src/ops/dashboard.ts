@@ -6,8 +6,6 @@ import { FastifyAdapter } from '@bull-board/fastify';
 import { FAMILIES } from '../config.js';
 import { AppError, envelope } from '../errors.js';
 
-type BoardOptions = Parameters<typeof createBullBoard>[0];
-
 export const DASHBOARD_PREFIX = '/admin/queues';
 const REALM = 'tollgate-admin';
 
@@ -51,9 +49,7 @@ export async function dashboardRoutes(app: FastifyInstance): Promise<void> {
     // caller, so a dashboard button must not retry, promote or clean one without thinking it through
     // (do that with the admin CLI, where the ledger is handled).
     queues: FAMILIES.map((f) => new BullMQAdapter(queues.queue(f), { readOnlyMode: true })),
-    // @bull-board/fastify 9.10.1 carries its own @bull-board/api 9.10.1 (this one is 9.10.2): the same
-    // adapter interface, but a private field makes TypeScript treat the two declarations as distinct.
-    serverAdapter: serverAdapter as unknown as BoardOptions['serverAdapter'],
+    serverAdapter,
     options: { uiConfig: { boardTitle: 'Tollgate queues' } },
   });
 

@@ -502,6 +502,24 @@ export function openApiDocument(base: string, config: Config): Json {
           responses: { '200': { description: 'Markdown.', content: { 'text/markdown': { schema: { type: 'string' } } } } },
         },
       },
+      '/metrics': {
+        get: {
+          operationId: 'metrics',
+          tags: ['Discovery'],
+          summary: 'Prometheus metrics (text format); a bearer METRICS_TOKEN when the operator sets one',
+          security: [],
+          responses: { '200': { description: 'Prometheus text exposition.', content: { 'text/plain': { schema: { type: 'string' } } } }, '401': ref('responses', 'Unauthorized') },
+        },
+      },
+      '/client/tollgate-mcp.tgz': {
+        get: {
+          operationId: 'mcpClientPackage',
+          tags: ['Discovery'],
+          summary: 'The stdio MCP client as an npm tarball (npx -y <base>/client/tollgate-mcp.tgz)',
+          security: [],
+          responses: { '200': { description: 'npm package tarball.', content: { 'application/gzip': { schema: { type: 'string', format: 'binary' } } } } },
+        },
+      },
       '/tools': { get: get('listTools', 'Discovery', '/tools', { '200': publicOk('Every tool with its price.') }, { security: [] }) },
       '/tools/{name}': {
         parameters: [ref('parameters', 'ToolName')],
