@@ -120,7 +120,10 @@ describe('sandbox pool', () => {
     await Promise.all([...greedy, polite]);
     // The newcomer did not wait behind the greedy owner's queued work.
     expect(order.indexOf('p1')).toBeLessThan(order.indexOf('g4'));
-    expect(order.filter((t) => t.startsWith('g'))).toEqual(['g1', 'g2', 'g3', 'g4', 'g5']);
+    // The queued two ran after the first three (which ran side by side, in any order).
+    const firstThree = Math.max(order.indexOf('g1'), order.indexOf('g2'), order.indexOf('g3'));
+    expect(order.indexOf('g4')).toBeGreaterThan(firstThree);
+    expect(order.indexOf('g5')).toBeGreaterThan(firstThree);
   });
 
   it('holds an owner to its share while another owner waits', async () => {
