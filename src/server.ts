@@ -8,7 +8,7 @@ if (config.WORKERS === 'off' && !config.EDGE_TOKEN_KEY) {
   die('EDGE_TOKEN_KEY is required with WORKERS=off: the separate edge workers must open the tokens this API seals (`openssl rand -hex 32`)');
 }
 const log = makeLogger(config);
-await checkServices(config);
+await checkServices(config, log);
 await runMigrations(config, log);
 const container = await createContainer(config, log, {
   api: true,

@@ -23,7 +23,7 @@ if (!config.EDGE_TOKEN_KEY && families.includes('edge')) {
   die('EDGE_TOKEN_KEY is required when edge workers run in their own process (the API seals tokens with it); generate one with `openssl rand -hex 32`');
 }
 const log = makeLogger(config);
-await checkServices(config);
+await checkServices(config, log);
 await runMigrations(config, log);
 const container = await createContainer(config, log, { api: false, workerFamilies: families });
 // This process's Prometheus metrics on METRICS_PORT (0: none).

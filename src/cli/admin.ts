@@ -5,6 +5,7 @@
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { checkServices, configOrDie, runMigrations, makeLogger } from '../bootstrap.js';
+import { stopEmbedded } from '../ops/embedded.js';
 import { openPool } from '../db/pool.js';
 import { AccountsRepo } from '../db/accounts-repo.js';
 import { connectRedis } from '../queue/redis.js';
@@ -141,7 +142,8 @@ function paymentNotOpen(id: string): AppError {
   return new AppError('not_found', `No x402 payment ${id} that is reserved or awaiting settlement (settled and failed payments are final)`);
 }
 
-main().then(
+// Embedded Postgres/Redis this command started (none when the service already runs them) stop first.
+main().finally(() => stopEmbedded()).then(
   (out) => {
     // A string is already the output (payments export: JSON lines).
     process.stdout.write(typeof out === 'string' ? out : JSON.stringify(out) + '\n');
