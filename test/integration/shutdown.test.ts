@@ -1,9 +1,9 @@
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { closedPort, startHttpTarget, type HttpTarget } from '../helpers/http-targets.js';
+import { alive, descendants, listening } from '../helpers/processes.js';
 
 /**
  * `kill -TERM` of `npm start` while 50 calls are in flight: every caller is answered, the process tree
@@ -26,37 +26,6 @@ afterAll(async () => {
   await h?.close();
   await target?.close();
 });
-
-function descendants(pid: number): number[] {
-  let out = '';
-  try {
-    out = execFileSync('ps', ['-o', 'pid=', '--ppid', String(pid)], { encoding: 'utf8' });
-  } catch {
-    return [];
-  }
-  const kids = out.split('\n').map((s) => Number(s.trim())).filter((n) => n > 0);
-  return kids.flatMap((k) => [k, ...descendants(k)]);
-}
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
-
-async function listening(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = net.connect({ host: '127.0.0.1', port });
-    s.once('connect', () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once('error', () => resolve(false));
-  });
-}
 
 describe('graceful stop', () => {
   it('answers all 50 calls in flight, exits 0 and leaves nothing listening', async () => {
