@@ -1,10 +1,10 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { FastifyAdapter } from '@bull-board/fastify';
 import { FAMILIES } from '../config.js';
 import { AppError, envelope } from '../errors.js';
+import { bearerToken, sameSecret } from './operator-token.js';
 
 export const DASHBOARD_PREFIX = '/admin/queues';
 const REALM = 'tollgate-admin';
@@ -12,8 +12,8 @@ const REALM = 'tollgate-admin';
 /** The token a request carries: `Authorization: Bearer <token>`, or HTTP basic auth's password (any user name). */
 function presentedToken(authorization: string | undefined): string | null {
   if (!authorization) return null;
-  const bearer = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
-  if (bearer) return bearer[1]!;
+  const bearer = bearerToken(authorization);
+  if (bearer) return bearer;
   const basic = /^Basic\s+([A-Za-z0-9+/=]+)\s*$/i.exec(authorization);
   if (!basic) return null;
   const decoded = Buffer.from(basic[1]!, 'base64').toString('utf8');
@@ -21,13 +21,8 @@ function presentedToken(authorization: string | undefined): string | null {
   return colon < 0 ? null : decoded.slice(colon + 1);
 }
 
-/** Constant-time: both sides are hashed to the same length before comparing. */
 export function dashboardAuthorized(token: string, authorization: string | undefined): boolean {
-  if (!token) return false;
-  const given = presentedToken(authorization);
-  const a = createHash('sha256').update(given ?? '').digest();
-  const b = createHash('sha256').update(token).digest();
-  return timingSafeEqual(a, b) && given !== null;
+  return !!token && sameSecret(presentedToken(authorization), token);
 }
 
 /**

@@ -1,4 +1,5 @@
-import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
+import { bearerToken, sameSecret } from './operator-token.js';
 import { createServer, type Server } from 'node:http';
 import { once } from 'node:events';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
@@ -170,11 +171,7 @@ export class Metrics {
 
 /** True when METRICS_TOKEN is unset, or the Authorization header carries it as a bearer (constant time). */
 export function metricsAuthorized(token: string, authorization: string | undefined): boolean {
-  if (!token) return true;
-  const m = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
-  const given = createHash('sha256').update(m?.[1] ?? '').digest();
-  const wanted = createHash('sha256').update(token).digest();
-  return timingSafeEqual(given, wanted) && m !== null;
+  return !token || sameSecret(bearerToken(authorization), token);
 }
 
 export function metricsUnauthorized(): AppError {
