@@ -18,6 +18,7 @@ import { connectRedis, deleteByPrefix } from '../src/queue/redis.js';
 import { CreditReservations } from '../src/money/holds.js';
 import { AdminService } from '../src/services/admin.js';
 import { checkServices, runMigrations, makeLogger } from '../src/bootstrap.js';
+import { toolLimitRows } from './tool-limits.js';
 
 const LEVELS = [1, 10, 50];
 const children: ChildProcess[] = [];
@@ -185,6 +186,12 @@ async function main() {
       `event loop (ISOLATION=off) ${isolation.off.map((x) => x.toFixed(0)).join(', ')} req/s; ` +
       `ratio of medians ${(isolatedRps / unisolatedRps).toFixed(2)} (goal >= 0.90: isolation costs under 10%)\n`,
   );
+
+  // The catalogue tools' worst cases, each against its own time limit.
+  const limitRows = await toolLimitRows(config);
+  if (limitRows.length) {
+    process.stdout.write(`\nWorst case per tool (largestInput in the sandbox pool, against its time limit)\n${limitRows.join('\n')}\n`);
+  }
 
   worker.kill('SIGTERM');
   await once(worker, 'exit');

@@ -13,10 +13,15 @@ import { callRoutes } from './routes/calls.js';
 import { rootRoutes } from './routes/root.js';
 import { streamRoutes } from './routes/stream.js';
 import { subkeyRoutes } from './routes/subkeys.js';
+import { usageRoutes } from './routes/usage.js';
+import { keyRoutes } from './routes/keys.js';
 import { mcpRoutes } from './routes/mcp.js';
 import { openAiRoutes } from './routes/openai.js';
 import { installCors, openApiRoutes } from './routes/openapi.js';
 import { rateLimitHeaders } from './services/rate-limit.js';
+import { webhookRoutes } from './routes/webhooks.js';
+import { creditRoutes } from './routes/credits.js';
+import { signupRoutes } from './routes/signup.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -89,8 +94,13 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
   await app.register(rootRoutes);
   await app.register(streamRoutes);
   await app.register(subkeyRoutes);
+  await app.register(usageRoutes);
+  await app.register(keyRoutes);
   await app.register(mcpRoutes);
   await app.register(openAiRoutes);
   await app.register(openApiRoutes);
+  await app.register(webhookRoutes);
+  await app.register(creditRoutes);
+  await app.register(signupRoutes);
   return app;
 }

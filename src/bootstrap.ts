@@ -10,7 +10,7 @@ export function makeLogger(config: Config): Logger {
     level: config.LOG_LEVEL,
     // Belt and braces: these never reach a log line even if someone logs a whole request.
     redact: {
-      paths: ['req.headers.authorization', 'req.headers["x-edge-token"]', 'req.headers["x-payment"]', '*.edge_token', '*.edgeToken', 'edge_token', 'edgeToken'],
+      paths: ['req.headers.authorization', 'req.headers["x-edge-token"]', 'req.headers["x-payment"]', 'req.headers["payment-signature"]', '*.edge_token', '*.edgeToken', 'edge_token', 'edgeToken'],
       censor: '[redacted]',
     },
   });
@@ -33,11 +33,13 @@ export function configOrDie(): Config {
 
 /**
  * Checks Redis and Postgres are reachable, creating the database if needed; exits with a hint if not.
- * A literal `embedded` REDIS_URL / DATABASE_URL is first replaced by a server started here (src/ops/embedded.ts).
+ * A literal `embedded` REDIS_URL / DATABASE_URL is first replaced by a server started here
+ * (src/ops/embedded.ts), and so is an unset one whose default does not answer, outside production.
+ * "Unset" is read from the raw environment: the config cannot tell a default from an explicit value.
  */
 export async function checkServices(config: Config, log?: Logger): Promise<void> {
   try {
-    await startEmbedded(config, log ? (m) => log.info(m) : undefined);
+    await startEmbedded(config, log ? (m) => log.info(m) : undefined, process.env);
   } catch (e) {
     await stopEmbedded();
     if (e instanceof EmbeddedError) die(e.message);

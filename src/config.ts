@@ -1,7 +1,7 @@
 import { z } from 'zod';
 
 /** Tool families: each has its own BullMQ queue and worker pool. */
-export const FAMILIES = ['core', 'web', 'llm', 'edge'] as const;
+export const FAMILIES = ['core', 'web', 'llm', 'edge', 'text', 'math'] as const;
 export type Family = (typeof FAMILIES)[number];
 
 const bool = z
@@ -42,6 +42,9 @@ export const ConfigSchema = z
     CONCURRENCY_WEB: int(20, 1, 1000),
     CONCURRENCY_LLM: int(10, 1, 1000),
     CONCURRENCY_EDGE: int(10, 1, 1000),
+    /** text and math are CPU work in the sandbox pool: a few jobs at a time per process is what the threads can take. */
+    CONCURRENCY_TEXT: int(4, 1, 1000),
+    CONCURRENCY_MATH: int(4, 1, 1000),
     SYNC_TIMEOUT_MS: int(30_000, 100, 600_000),
     /** On SIGTERM/SIGINT: how long running calls may take to finish and be answered before the process stops anyway. */
     SHUTDOWN_GRACE_MS: int(25_000, 0, 600_000),
@@ -128,6 +131,9 @@ export const ConfigSchema = z
     BODY_LIMIT: int(1_048_576, 1024, 20_000_000),
     /** Seconds a key lookup may be cached; revocations are also pushed to every replica at once. */
     KEY_CACHE_SECONDS: int(1, 0, 60),
+    // Self-service: keys
+    /** After POST /keys/{key_id}/rotate the old key keeps working this long (0: refused at once), on every replica. */
+    KEY_ROTATION_GRACE_SECONDS: int(86_400, 0, 30 * 86_400),
     ENTERPRISE_DEFAULT_RPM: int(600, 1, 100_000_000),
     /** Length of the rate-limit window. Limits are per minute; tests shorten the window to show its edges. */
     RATE_LIMIT_WINDOW_MS: int(60_000, 100, 3_600_000),
@@ -151,11 +157,31 @@ export const ConfigSchema = z
     LLM_API_KEY: z.string().default(''),
     LLM_MODEL: z.string().default('gpt-4o-mini'),
     LLM_TIMEOUT_MS: int(60_000, 1000, 600_000),
+    // Upstreams some catalogue tools need (a tool whose `needs` are unset is 503 tool_unavailable at admission).
+    /** A SearXNG instance's base URL (its JSON API): web_search, discovery_collision, genius_plus. */
+    SEARCH_BASE_URL: optionalUrl,
+    SEARCH_API_KEY: z.string().default(''),
+    /** The Wayback Machine's CDX API and snapshot base; empty disables grabr_wayback. */
+    WAYBACK_CDX_URL: z.union([z.literal(''), z.string().url()]).default('https://web.archive.org/cdx/search/cdx'),
+    WAYBACK_BASE_URL: z.union([z.literal(''), z.string().url()]).default('https://web.archive.org/web'),
+    /** YouTube's base URL for the media tools; unset by default (operators opt in: YouTube's terms restrict automated access). */
+    YOUTUBE_BASE_URL: optionalUrl,
     // Edge network (Cloudflare API v4).
     CF_API_BASE_URL: z.string().url().default('https://api.cloudflare.com/client/v4'),
     CF_TIMEOUT_MS: int(15_000, 500, 120_000),
     /** 32-byte key (base64 or hex) that encrypts edge tokens inside job data. */
     EDGE_TOKEN_KEY: z.string().default(''),
+    // Webhooks
+    /** host:port pairs a Callback-Url may name although they resolve to blocked addresses (and over plain http); tests. */
+    WEBHOOK_ALLOWED_HOSTS: hostPortList,
+    /**
+     * Delivery retries: BullMQ exponential backoff, delay = WEBHOOK_BACKOFF_MS * 2^(n-1) before retry n.
+     * Defaults 12 attempts and 42 s: 42 s * (2^11 - 1) = 85,974 s, so the last try is ~23.9 h after the first.
+     */
+    WEBHOOK_ATTEMPTS: int(12, 1, 30),
+    WEBHOOK_BACKOFF_MS: int(42_000, 10, 3_600_000),
+    /** Per attempt: connect, headers and body must all arrive within this. */
+    WEBHOOK_TIMEOUT_MS: int(10_000, 100, 60_000),
     // x402 pay-per-call.
     X402_ENABLED: bool.default('false'),
     X402_PAY_TO: z.string().regex(/^0x[0-9a-fA-F]{40}$/).optional(),
@@ -165,13 +191,75 @@ export const ConfigSchema = z
     X402_ASSET_NAME: z.string().optional(),
     X402_ASSET_VERSION: z.string().optional(),
     X402_MAX_TIMEOUT_SECONDS: int(60, 1, 3600),
+    /**
+     * How payments become money; exactly one with X402_ENABLED (see x402Settlement): a facilitator
+     * (X402_FACILITATOR_URL), this service on chain (X402_RPC_URL + X402_SETTLER_PRIVATE_KEY), or
+     * `deferred` (checked offline only, settled later by an operator), which must be chosen by name.
+     */
+    X402_SETTLEMENT: z.enum(['facilitator', 'self', 'deferred']).optional(),
     X402_FACILITATOR_URL: optionalUrl,
+    /** Self-settlement: a JSON-RPC endpoint of the chain X402_NETWORK names. */
+    X402_RPC_URL: optionalUrl,
+    /** Self-settlement: the key that submits transferWithAuthorization and pays its gas. Never logged. */
+    X402_SETTLER_PRIVATE_KEY: z.string().regex(/^0x[0-9a-fA-F]{64}$/, 'expected a 0x-prefixed 32-byte hex private key').optional(),
+    /** Self-settlement: blocks to wait after the transfer is mined before the result is released. */
+    X402_CONFIRMATIONS: int(1, 1, 64),
+    /** Self-settlement: how long to wait for those confirmations. */
+    X402_SETTLE_TIMEOUT_MS: int(60_000, 1000, 600_000),
+    /** Deferred: the most one payer may have unsettled at once, in cents. */
+    X402_DEFERRED_MAX_CENTS: int(100, 1, 10_000_000),
+    /** Deferred: authorizations are asked to stay valid this long, so an operator has time to collect. */
+    X402_DEFERRED_TIMEOUT_SECONDS: int(3600, 60, 7 * 86400),
+    // Self-service: top-ups, sign-up, partners
+    /** POST /credits/topup: the smallest and largest top-up, in cents (paid with x402). */
+    TOPUP_MIN_CENTS: int(500, 1, 100_000_000),
+    TOPUP_MAX_CENTS: int(100_000, 1, 100_000_000),
+    /** POST /signup creates free accounts; off (404) unless set. */
+    SIGNUP_ENABLED: bool.default('false'),
+    /** Sign-ups per client address per hour before 429. */
+    SIGNUP_PER_HOUR: int(5, 1, 1_000_000),
+    /** Percent of each payment by a referred account its partner earns (floored to whole cents). */
+    PARTNER_SHARE_PCT: int(20, 0, 100),
   })
   .superRefine((c, ctx) => {
-    if (c.X402_ENABLED && !c.X402_PAY_TO) {
-      ctx.addIssue({ code: 'custom', path: ['X402_PAY_TO'], message: 'required when X402_ENABLED=true' });
-    }
+    if (!c.X402_ENABLED) return;
+    if (!c.X402_PAY_TO) ctx.addIssue({ code: 'custom', path: ['X402_PAY_TO'], message: 'required when X402_ENABLED=true' });
+    const problem = settlementProblem(c);
+    if (problem) ctx.addIssue({ code: 'custom', path: ['X402_SETTLEMENT'], message: problem });
   });
+
+export type X402Settlement = 'facilitator' | 'self' | 'deferred';
+
+const SETTLEMENT_CHOICES =
+  'set X402_FACILITATOR_URL (an x402 facilitator), or X402_RPC_URL + X402_SETTLER_PRIVATE_KEY (settle on chain yourself), ' +
+  'or X402_SETTLEMENT=deferred (no check of funds; an operator settles later)';
+
+function configuredModes(c: { X402_FACILITATOR_URL?: string; X402_RPC_URL?: string; X402_SETTLER_PRIVATE_KEY?: string; X402_SETTLEMENT?: X402Settlement }): X402Settlement[] {
+  const modes: X402Settlement[] = [];
+  if (c.X402_FACILITATOR_URL) modes.push('facilitator');
+  if (c.X402_RPC_URL || c.X402_SETTLER_PRIVATE_KEY) modes.push('self');
+  if (c.X402_SETTLEMENT === 'deferred') modes.push('deferred');
+  return modes;
+}
+
+/** Why the x402 settlement configuration is unusable, or undefined when exactly one mode is set. */
+function settlementProblem(c: Parameters<typeof configuredModes>[0]): string | undefined {
+  const modes = configuredModes(c);
+  if (modes.length === 0) return `X402_ENABLED=true needs exactly one settlement mode: ${SETTLEMENT_CHOICES}`;
+  if (modes.length > 1) return `X402_ENABLED=true needs exactly one settlement mode, but ${modes.join(' and ')} are both configured: ${SETTLEMENT_CHOICES}`;
+  if (modes[0] === 'self' && !(c.X402_RPC_URL && c.X402_SETTLER_PRIVATE_KEY)) {
+    return 'self-settlement needs both X402_RPC_URL and X402_SETTLER_PRIVATE_KEY';
+  }
+  if (c.X402_SETTLEMENT && c.X402_SETTLEMENT !== modes[0]) {
+    return `X402_SETTLEMENT=${c.X402_SETTLEMENT} does not match what is configured (${modes[0]}): ${SETTLEMENT_CHOICES}`;
+  }
+  return undefined;
+}
+
+/** The one settlement mode of an x402-enabled configuration (validated by the schema). */
+export function x402Settlement(config: Config): X402Settlement {
+  return configuredModes(config)[0]!;
+}
 
 export type Config = z.infer<typeof ConfigSchema>;
 
@@ -181,21 +269,27 @@ export function concurrencyFor(config: Config, family: Family): number {
     web: config.CONCURRENCY_WEB,
     llm: config.CONCURRENCY_LLM,
     edge: config.CONCURRENCY_EDGE,
+    text: config.CONCURRENCY_TEXT,
+    math: config.CONCURRENCY_MATH,
   };
   return map[family];
 }
 
 export class ConfigError extends Error {}
 
+/** Settings whose empty value turns something off rather than meaning "the default". */
+const EMPTY_MEANS_OFF = new Set(['WAYBACK_CDX_URL', 'WAYBACK_BASE_URL']);
+
 /** Parses the environment once; a bad value names the variable and the problem. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Partial<Record<string, string>> = {}): Config {
   const merged: Record<string, string | undefined> = { ...env, ...overrides };
   // Empty strings mean "unset" so `FOO= npm start` falls back to the default.
-  for (const k of Object.keys(merged)) if (merged[k] === '') delete merged[k];
+  for (const k of Object.keys(merged)) if (merged[k] === '' && !EMPTY_MEANS_OFF.has(k)) delete merged[k];
   const parsed = ConfigSchema.safeParse(merged);
   if (!parsed.success) {
-    const lines = parsed.error.issues.map((i) => `  ${i.path.join('.') || '(config)'}: ${i.message}`);
-    throw new ConfigError(`Invalid configuration:\n${lines.join('\n')}`);
+    const lines = parsed.error.issues.map((i) => `${i.path.join('.') || '(config)'}: ${i.message}`);
+    // One problem, one line (what an operator reads first in a container log).
+    throw new ConfigError(lines.length === 1 ? `Invalid configuration: ${lines[0]}` : `Invalid configuration:\n${lines.map((l) => `  ${l}`).join('\n')}`);
   }
   return parsed.data;
 }

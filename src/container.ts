@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
-import { FAMILIES, type Config, type Family } from './config.js';
+import { ConfigError, FAMILIES, type Config, type Family } from './config.js';
 import { openPool, type DatabasePool } from './db/pool.js';
 import { AccountsRepo } from './db/accounts-repo.js';
 import { connectCommandRedis, connectRedis, type Redis } from './queue/redis.js';
@@ -22,11 +22,12 @@ import { KeyAuthenticator } from './services/auth.js';
 import { CallService } from './services/calls.js';
 import { RateLimiter } from './services/rate-limit.js';
 import { Idempotency } from './calls/idempotency.js';
-import { PayPerCall } from './services/pay-per-call.js';
-import { createSettler } from './services/x402/settler.js';
+import { PayPerCall } from './pay/pay-per-call.js';
+import { DEFERRED_WARNING, SettlerStartupError, createSettler } from './pay/x402/settler.js';
 import { InFlightSlots, slotOwner } from './access/in-flight.js';
 import { Metrics } from './ops/metrics.js';
 import { workerCounts } from './queue/heartbeat.js';
+import { Webhooks } from './calls/webhooks.js';
 
 export interface Container {
   config: Config;
@@ -50,6 +51,8 @@ export interface Container {
   /** Present in processes that serve HTTP. */
   api?: { dispatcher: CompletionDispatcher; auth: KeyAuthenticator; calls: CallService; limiter: RateLimiter; idempotency: Idempotency; payPerCall?: PayPerCall };
   workers?: WorkerPool;
+  /** Callback-Url checks, signing secrets, and the delivery queue (its worker runs where tool workers do). */
+  webhooks?: Webhooks;
   close(): Promise<void>;
 }
 
@@ -85,7 +88,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   // Threads for CPU work on caller input (src/sandbox/pool.ts). A process running workers starts one
   // with its isolated tools' modules loaded, so the first call does not wait for them; the rest start on use.
   const sandbox = new SandboxPool(config, log, { preload: isolatedModules(opts.workerFamilies) });
-  const runner = new ToolRunner({ config, log, accounts, credits, settler, results, sealer, sandbox });
+  const runner = new ToolRunner({ config, log, accounts, credits, settler, results, sealer, sandbox, redis });
   const closers: Array<() => Promise<unknown>> = [];
   const slots = new InFlightSlots(redis, config, (ids) => queues.liveJobs(ids));
   const reconciler = new Reconciler({
@@ -105,6 +108,11 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   // Closed after the workers (closers run in reverse), so their last jobs still have threads.
   closers.push(() => sandbox.close());
   closers.push(() => queues.close());
+  // Settlement queues a delivery for every job that ended with a Callback-Url.
+  const webhooks = new Webhooks({ config, log, pool, redis, sealer, results });
+  settler.onEnded = (entries) => webhooks.ended(entries);
+  c.webhooks = webhooks;
+  closers.push(() => webhooks.close());
 
   if (opts.workerFamilies.length) {
     // The event log keeps progress for SSE replay (GET /jobs/{id}/events, src/queue/job-events.ts).
@@ -118,6 +126,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     // Stored answers older than JOB_RESULT_DAYS go, pruned by one replica at a time.
     results.startPruning();
     closers.push(() => results.stop());
+    webhooks.start();
   }
 
   if (opts.api || opts.workerFamilies.length) {
@@ -149,7 +158,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
         await settler.settle({
           jobId, accountId: d.accountId!, keyId: d.keyId, tool: d.tool, status: 'failed', amount: 0, costCents: 0,
           result: decodeFailure(job.failedReason).toJSON(), sandbox: d.sandbox, agentName: d.agentName, usage: null,
-          createdAt: job.timestamp, holdId: null,
+          createdAt: job.timestamp, holdId: null, ...(d.callbackUrl ? { callbackUrl: d.callbackUrl } : {}),
         });
       }
     });
@@ -163,7 +172,15 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     const idempotency = new Idempotency(redis, config.REDIS_PREFIX);
     c.api = { dispatcher, auth, calls, limiter: new RateLimiter(redis, config), idempotency };
     if (config.X402_ENABLED) {
-      const x402 = { config, db: pool, settler: createSettler(config), log };
+      const settler = await createSettler(config);
+      try {
+        await settler.start();
+      } catch (e) {
+        if (e instanceof SettlerStartupError) throw new ConfigError(`x402: ${e.message}`);
+        throw e;
+      }
+      if (settler.mode === 'deferred') log.warn(DEFERRED_WARNING);
+      const x402 = { config, db: pool, settler, log };
       c.api.payPerCall = new PayPerCall({ x402, pool, idempotency, log });
     }
   }

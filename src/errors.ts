@@ -21,6 +21,10 @@ export const ERROR_STATUS = {
   not_found: 404,
   method_not_allowed: 405,
   idempotency_in_progress: 409,
+  /** The job was cancelled (DELETE /jobs/{id}) before it finished: not charged. GET /jobs/{id} and a waiting caller get this. */
+  cancelled: 409,
+  /** DELETE /jobs/{id} of a job that already finished (completed or failed): nothing was cancelled. */
+  job_finished: 409,
   payload_too_large: 413,
   unsupported_media_type: 415,
   idempotency_key_reused: 422,
@@ -35,6 +39,12 @@ export const ERROR_STATUS = {
   tool_unavailable: 503,
   service_unavailable: 503,
   timeout: 504,
+  /** The key was revoked, has expired, or was already rotated (POST /keys/{key_id}/rotate). */
+  key_not_active: 409,
+  /** POST /credits/topup while x402 (with a settlement that moves money now) is not configured. */
+  topup_unavailable: 503,
+  /** POST /signup with an email that already has an account. */
+  email_taken: 409,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

@@ -4,7 +4,8 @@
  */
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
-import { checkServices, configOrDie, runMigrations, makeLogger } from '../bootstrap.js';
+import { checkServices, die, runMigrations, makeLogger } from '../bootstrap.js';
+import { ConfigError, loadConfig } from '../config.js';
 import { stopEmbedded } from '../ops/embedded.js';
 import { openPool } from '../db/pool.js';
 import { AccountsRepo } from '../db/accounts-repo.js';
@@ -14,7 +15,17 @@ import { AdminService } from '../services/admin.js';
 import { AppError, isAppError } from '../errors.js';
 import { PLANS } from '../tools/types.js';
 import { parseOrThrow } from '../services/validation.js';
-import { createSettler, exportAwaitingSettlement, listAwaitingSettlement, markFailed, markSettled, settleAwaitingPayments } from '../services/x402/index.js';
+import { PartnerCode } from '../money/partners.js';
+import {
+  FacilitatorSettler,
+  exportAwaitingSettlement,
+  listAwaitingSettlement,
+  markFailed,
+  markSettled,
+  networkProfile,
+  settleAwaitingPayments,
+  type PaymentSettler,
+} from '../pay/x402/index.js';
 
 const USAGE = `usage: npm run admin -- <command>
   account create --plan <free|starter|pro|enterprise> --credits <cents> [--name <text>]
@@ -24,14 +35,19 @@ const USAGE = `usage: npm run admin -- <command>
                                                      else a new one with its key (the compose seed)
   account show   --account <id>
   account set    --account <id> [--plan <plan>] [--rpm <n>] [--elite true|false] [--max-in-flight <n>]
-  credits add    --account <id> --cents <n>
+  credits add    --account <id> --cents <n> [--paid-cents <n>]
+                                                     --paid-cents: real money received (revenue;
+                                                     earns a referring partner its share)
   key create     --account <id> --type <production|test|agent|vip> [--name <text>]
   key revoke     --key <key_id>
   payments list                                      x402 payments awaiting settlement (JSON)
   payments export                                    the same as JSON lines, each with the facilitator /settle body
-  payments settle                                    submit them to X402_FACILITATOR_URL
+  payments settle                                    submit them to X402_FACILITATOR_URL, or on chain
+                                                     yourself with X402_RPC_URL + X402_SETTLER_PRIVATE_KEY
   payments mark-settled --id <payment_id> --tx <transaction hash>
-  payments mark-failed  --id <payment_id> --reason <text>`;
+  payments mark-failed  --id <payment_id> --reason <text>
+  partner create --name <text> --code <CODE>         codes: 3-32 of A-Z a-z 0-9 _ -, unique regardless of case
+  partner report --month YYYY-MM                     per partner: referred accounts, revenue and share (cents)`;
 
 const { positionals, values } = parseArgs({
   allowPositionals: true,
@@ -41,6 +57,9 @@ const { positionals, values } = parseArgs({
     name: { type: 'string' },
     account: { type: 'string' },
     cents: { type: 'string' },
+    'paid-cents': { type: 'string' },
+    code: { type: 'string' },
+    month: { type: 'string' },
     type: { type: 'string' },
     key: { type: 'string' },
     rpm: { type: 'string' },
@@ -64,13 +83,23 @@ async function main(): Promise<unknown> {
     process.stdout.write(USAGE + '\n');
     process.exit(command ? 0 : 2);
   }
-  const config = configOrDie();
+  // The CLI takes payments, it does not sell calls: the "exactly one settlement mode" rule of the
+  // service does not apply, so a deferred deployment can name where to settle for this command only.
+  let config;
+  try {
+    config = loadConfig(process.env, { X402_ENABLED: 'false' });
+  } catch (e) {
+    if (e instanceof ConfigError) die(e.message);
+    throw e;
+  }
   await checkServices(config);
   await runMigrations(config, makeLogger({ ...config, LOG_LEVEL: 'warn' }));
   const pool = await openPool(config.DATABASE_URL, { maximumPoolSize: 2 });
   const redis = connectRedis(config.REDIS_URL);
   const accounts = new AccountsRepo(pool);
-  const admin = new AdminService({ accounts, credits: new CreditReservations(redis, config.REDIS_PREFIX, accounts), redis, prefix: config.REDIS_PREFIX, pool });
+  const admin = new AdminService({
+    accounts, credits: new CreditReservations(redis, config.REDIS_PREFIX, accounts), redis, prefix: config.REDIS_PREFIX, pool, sharePct: config.PARTNER_SHARE_PCT,
+  });
   const flags = (schema: z.ZodRawShape) => parseOrThrow(z.object(schema), values, `${command}`);
   try {
     switch (command) {
@@ -96,8 +125,16 @@ async function main(): Promise<unknown> {
         return await admin.setAccount(f.account, { plan: f.plan, rpm: f.rpm, elite: f.elite, maxInFlight: f['max-in-flight'] });
       }
       case 'credits add': {
-        const f = flags({ account: uuid, cents });
-        return await admin.addCredits(f.account, f.cents);
+        const f = flags({ account: uuid, cents, 'paid-cents': cents.optional() });
+        return await admin.addCredits(f.account, f.cents, f['paid-cents']);
+      }
+      case 'partner create': {
+        const f = flags({ name: z.string({ required_error: 'is required' }).trim().min(1).max(200), code: PartnerCode });
+        return await admin.createPartner(f.name, f.code);
+      }
+      case 'partner report': {
+        const f = flags({ month: z.string({ required_error: 'is required' }).regex(/^\d{4}-(0[1-9]|1[0-2])$/, 'must be YYYY-MM') });
+        return await admin.partnerReport(f.month);
       }
       case 'key create': {
         const f = flags({ account: uuid, type: z.enum(['production', 'test', 'agent', 'vip']), name: z.string().optional() });
@@ -117,8 +154,7 @@ async function main(): Promise<unknown> {
       case 'payments export':
         return await exportAwaitingSettlement(pool);
       case 'payments settle':
-        if (!config.X402_FACILITATOR_URL) throw new AppError('invalid_input', 'payments settle needs X402_FACILITATOR_URL (an x402 facilitator)');
-        return await settleAwaitingPayments(pool, createSettler(config));
+        return await settleAwaitingPayments(pool, await collector(config));
       case 'payments mark-settled': {
         const f = flags({ id: uuid, tx: z.string({ required_error: 'is required' }).regex(/^0x[0-9a-fA-F]{64}$/, 'must be a 0x-prefixed 32-byte transaction hash') });
         if (!(await markSettled(pool, f.id, f.tx.toLowerCase()))) throw paymentNotOpen(f.id);
@@ -136,6 +172,26 @@ async function main(): Promise<unknown> {
     await pool.end();
     redis.disconnect();
   }
+}
+
+/** Where `payments settle` submits deferred payments: a facilitator, or the chain with our own key. */
+async function collector(config: ReturnType<typeof loadConfig>): Promise<PaymentSettler> {
+  if (!config.X402_PAY_TO) throw new AppError('invalid_input', 'payments settle needs X402_PAY_TO (the address the payments were made to)');
+  let settler: PaymentSettler;
+  if (config.X402_FACILITATOR_URL) settler = new FacilitatorSettler(config.X402_FACILITATOR_URL, { profile: networkProfile(config) });
+  else if (config.X402_RPC_URL && config.X402_SETTLER_PRIVATE_KEY) settler = new (await import('../pay/x402/chain-settler.js')).ChainSettler(config);
+  else {
+    throw new AppError(
+      'invalid_input',
+      'payments settle needs X402_FACILITATOR_URL (an x402 facilitator), or X402_RPC_URL + X402_SETTLER_PRIVATE_KEY (submit the transfers yourself)',
+    );
+  }
+  try {
+    await settler.start();
+  } catch (e) {
+    throw new AppError('upstream_error', (e as Error).message);
+  }
+  return settler;
 }
 
 function paymentNotOpen(id: string): AppError {

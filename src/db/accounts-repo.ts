@@ -29,6 +29,8 @@ export const KeyRecordSchema = z.object({
   monthly_limit_cents: z.number().int().nullable(),
   allowed_tools: z.array(z.string()).nullable(),
   revoked_at: z.string().nullable(),
+  /** Set on a rotated key: it stops authenticating then, whatever any cache holds. */
+  expires_at: z.string().nullable(),
 });
 export type KeyRecord = z.infer<typeof KeyRecordSchema>;
 
@@ -42,6 +44,41 @@ export const SubKeySchema = z.object({
   created_at: z.string(),
 });
 export type SubKey = z.infer<typeof SubKeySchema>;
+
+/** A key as GET /keys shows it: never its hash. */
+export const KeyInfoSchema = z.object({
+  key_id: z.string().uuid(),
+  type: z.enum(KEY_TYPES),
+  display_prefix: z.string(),
+  name: z.string().nullable(),
+  created_at: z.string(),
+  last_used_at: z.string().nullable(),
+  revoked_at: z.string().nullable(),
+  expires_at: z.string().nullable(),
+  replaced_by_key_id: z.string().uuid().nullable(),
+});
+export type KeyInfo = z.infer<typeof KeyInfoSchema>;
+
+/** Where a usage query looks: the whole account, or one key's own lines (sub-keys, sandbox keys). */
+export interface UsageScope {
+  accountId: string;
+  keyId: string | null;
+}
+
+export const LedgerEntrySchema = z.object({
+  id: z.number().int(),
+  kind: z.enum(['charge', 'topup', 'opening', 'payment']),
+  tool: z.string().nullable(),
+  key_id: z.string().uuid().nullable(),
+  delta_cents: z.number().int(),
+  agent_name: z.string().nullable(),
+  entry_key: z.string(),
+  created_at: z.string(),
+});
+export type LedgerEntry = z.infer<typeof LedgerEntrySchema>;
+
+const Totals = z.object({ cents: z.number().int(), calls: z.number().int() });
+const KindSum = z.object({ kind: z.string(), cents: z.number().int(), lines: z.number().int() });
 
 const monthStart = sql.fragment`date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`;
 
@@ -129,7 +166,7 @@ export class AccountsRepo {
   async findKeysByHash(hashes: string[]): Promise<Map<string, KeyRecord>> {
     const rows = await this.pool.any(sql.type(KeyRecordSchema.extend({ key_hash: z.string() }))`
       SELECT k.key_hash, k.id AS key_id, k.account_id, k.type, k.name, a.plan, a.rpm, a.elite, a.max_in_flight,
-             k.monthly_limit_cents, k.allowed_tools, k.revoked_at
+             k.monthly_limit_cents, k.allowed_tools, k.revoked_at, k.expires_at
       FROM api_keys k JOIN accounts a ON a.id = k.account_id
       WHERE k.key_hash = ANY(${sql.array(hashes, 'text')})`);
     return new Map(rows.map(({ key_hash, ...record }) => [key_hash, record]));
@@ -177,6 +214,115 @@ export class AccountsRepo {
       FROM api_keys k
       WHERE k.account_id = ${accountId} AND k.type = 'sub' AND k.revoked_at IS NULL
       ORDER BY k.created_at`);
+    return [...rows];
+  }
+
+  /** Every key of the account, newest first, without secrets or hashes. */
+  async listKeys(accountId: string): Promise<KeyInfo[]> {
+    const rows = await this.pool.any(sql.type(KeyInfoSchema)`
+      SELECT id AS key_id, type, display_prefix, name, created_at, last_used_at, revoked_at, expires_at, replaced_by_key_id
+      FROM api_keys WHERE account_id = ${accountId}
+      ORDER BY created_at DESC, id`);
+    return [...rows];
+  }
+
+  /**
+   * Replaces a key with a new one of the same type and name; the old one expires `graceSeconds`
+   * from now (Postgres's clock). The row is locked so two rotations of one key cannot both win.
+   * Null when the account has no such key; `state` says why an existing key cannot be rotated.
+   */
+  async rotateKey(
+    keyId: string,
+    accountId: string,
+    graceSeconds: number,
+    rotatable: readonly KeyType[],
+  ): Promise<
+    | { ok: true; old: KeyInfo; created: { key_id: string; api_key: string; display_prefix: string; created_at: string } ; hash: string }
+    | { ok: false; state: 'missing' | 'not_rotatable' | 'revoked' | 'expired' | 'rotated'; type?: KeyType }
+  > {
+    return this.pool.transaction(async (tx) => {
+      const old = await tx.maybeOne(sql.type(KeyInfoSchema.extend({ key_hash: z.string(), expired: z.boolean() }))`
+        SELECT id AS key_id, type, display_prefix, name, created_at, last_used_at, revoked_at, expires_at, replaced_by_key_id,
+               key_hash, (expires_at IS NOT NULL AND expires_at <= now()) AS expired
+        FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId}
+        FOR UPDATE`);
+      if (!old) return { ok: false as const, state: 'missing' as const };
+      if (!rotatable.includes(old.type)) return { ok: false as const, state: 'not_rotatable' as const, type: old.type };
+      if (old.revoked_at) return { ok: false as const, state: 'revoked' as const };
+      if (old.expired) return { ok: false as const, state: 'expired' as const };
+      if (old.replaced_by_key_id) return { ok: false as const, state: 'rotated' as const };
+      const { key, hash, displayPrefix } = generateKey(old.type);
+      const row = await tx.one(sql.type(z.object({ id: z.string(), created_at: z.string() }))`
+        INSERT INTO api_keys (account_id, key_hash, display_prefix, type, name, created_by_key_id)
+        VALUES (${accountId}, ${hash}, ${displayPrefix}, ${old.type}, ${old.name}, ${old.key_id})
+        RETURNING id, created_at`);
+      const updated = await tx.one(sql.type(KeyInfoSchema)`
+        UPDATE api_keys SET expires_at = now() + make_interval(secs => ${graceSeconds}), replaced_by_key_id = ${row.id}
+        WHERE id = ${old.key_id}
+        RETURNING id AS key_id, type, display_prefix, name, created_at, last_used_at, revoked_at, expires_at, replaced_by_key_id`);
+      return {
+        ok: true as const,
+        old: updated,
+        hash: old.key_hash,
+        created: { key_id: row.id, api_key: key, display_prefix: displayPrefix, created_at: row.created_at },
+      };
+    });
+  }
+
+  /** Records that a key was used now (callers rate-limit this: it is not meant for every request). */
+  async touchKey(keyId: string): Promise<void> {
+    await this.pool.query(sql.unsafe`UPDATE api_keys SET last_used_at = now() WHERE id = ${keyId}`);
+  }
+
+  /**
+   * A month of the ledger for GET /usage, all from the ledger itself: charges by tool, key and day,
+   * every kind's sum, and (for an account) the balance before the month. Charges are negative
+   * `delta_cents`; the totals here are the cents charged, positive.
+   */
+  async usage(scope: UsageScope, from: string, to: string) {
+    const where = sql.fragment`account_id = ${scope.accountId}
+      ${scope.keyId ? sql.fragment`AND key_id = ${scope.keyId}` : sql.fragment``}`;
+    const inMonth = sql.fragment`${where} AND created_at >= ${from}::timestamptz AND created_at < ${to}::timestamptz`;
+    // One snapshot for every figure, so lines settled meanwhile cannot make the totals disagree.
+    return this.pool.transaction(async (tx) => {
+      await tx.query(sql.unsafe`SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY`);
+      const byTool = await tx.any(sql.type(Totals.extend({ tool: z.string().nullable() }))`
+        SELECT tool, (-SUM(delta_cents))::bigint AS cents, count(*)::bigint AS calls
+        FROM ledger WHERE ${inMonth} AND kind = 'charge' GROUP BY tool ORDER BY cents DESC, tool`);
+      const byKey = await tx.any(sql.type(Totals.extend({ key_id: z.string().nullable(), type: z.enum(KEY_TYPES).nullable(), name: z.string().nullable(), display_prefix: z.string().nullable() }))`
+        SELECT l.key_id, k.type, k.name, k.display_prefix, (-SUM(l.delta_cents))::bigint AS cents, count(*)::bigint AS calls
+        FROM ledger l LEFT JOIN api_keys k ON k.id = l.key_id
+        WHERE l.account_id = ${scope.accountId}
+          ${scope.keyId ? sql.fragment`AND l.key_id = ${scope.keyId}` : sql.fragment``}
+          AND l.created_at >= ${from}::timestamptz AND l.created_at < ${to}::timestamptz AND l.kind = 'charge'
+        GROUP BY l.key_id, k.type, k.name, k.display_prefix ORDER BY cents DESC, l.key_id`);
+      const byDay = await tx.any(sql.type(Totals.extend({ day: z.string() }))`
+        SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, (-SUM(delta_cents))::bigint AS cents, count(*)::bigint AS calls
+        FROM ledger WHERE ${inMonth} AND kind = 'charge' GROUP BY 1 ORDER BY 1`);
+      const byKind = await tx.any(sql.type(KindSum)`
+        SELECT kind, SUM(delta_cents)::bigint AS cents, count(*)::bigint AS lines
+        FROM ledger WHERE ${inMonth} GROUP BY kind ORDER BY kind`);
+      const before = await tx.oneFirst(sql.type(z.object({ s: z.number().int() }))`
+        SELECT COALESCE(SUM(delta_cents), 0)::bigint AS s FROM ledger WHERE ${where} AND created_at < ${from}::timestamptz`);
+      return { byTool: [...byTool], byKey: [...byKey], byDay: [...byDay], byKind: [...byKind], before };
+    });
+  }
+
+  /** Ledger lines newest first, keyset-paged by id (ids only grow, so pages never repeat a line). */
+  async ledgerEntries(
+    scope: UsageScope,
+    q: { beforeId: number | null; limit: number; tool?: string; keyId?: string; since?: string },
+  ): Promise<LedgerEntry[]> {
+    const rows = await this.pool.any(sql.type(LedgerEntrySchema)`
+      SELECT id, kind, tool, key_id, delta_cents, agent_name, entry_key, created_at FROM ledger
+      WHERE account_id = ${scope.accountId}
+        ${scope.keyId ? sql.fragment`AND key_id = ${scope.keyId}` : sql.fragment``}
+        ${q.keyId ? sql.fragment`AND key_id = ${q.keyId}` : sql.fragment``}
+        ${q.tool ? sql.fragment`AND tool = ${q.tool}` : sql.fragment``}
+        ${q.since ? sql.fragment`AND created_at >= ${q.since}::timestamptz` : sql.fragment``}
+        ${q.beforeId !== null ? sql.fragment`AND id < ${q.beforeId}` : sql.fragment``}
+      ORDER BY id DESC
+      LIMIT ${q.limit}`);
     return [...rows];
   }
 }

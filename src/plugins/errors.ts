@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance } from 'fastify';
 import { AppError, envelope, isAppError } from '../errors.js';
-import { isPaymentError, paymentErrorBody } from '../services/x402/requirements.js';
+import { isPaymentError, paymentErrorBody } from '../pay/x402/requirements.js';
 import { isOpenAiPath, openAiErrorBody } from '../routes/openai.js';
 import { dependencyUnavailable, isDependencyError } from '../queue/redis.js';
 

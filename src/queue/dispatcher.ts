@@ -5,6 +5,8 @@ import type { AppError } from '../errors.js';
 import type { CallResult } from '../services/runner.js';
 import { decodeFailure, isOwnFailure } from './failure.js';
 import { familyOfJob, queueName } from './queues.js';
+import { connectRedis, type Redis } from './redis.js';
+import { cancelChannel, cancelledError } from '../calls/cancel.js';
 
 export type JobEvent =
   | { type: 'progress'; jobId: string; data: unknown }
@@ -26,6 +28,8 @@ type Listener = (e: JobEvent) => void;
 export class CompletionDispatcher {
   private readonly events = new Map<Family, QueueEvents>();
   private readonly listeners = new Map<string, Set<Listener>>();
+  /** Cancelled job ids (src/calls/cancel.ts): a removed job has no BullMQ outcome, so its waiters hear it here. */
+  private sub: Redis | null = null;
 
   constructor(
     private readonly config: Config,
@@ -35,6 +39,11 @@ export class CompletionDispatcher {
   ) {}
 
   async start(): Promise<void> {
+    this.sub = connectRedis(this.config.REDIS_URL);
+    this.sub.on('error', (err: Error) => this.log.debug({ err: err.message }, 'cancel subscription connection error'));
+    // The cancel is decided (in Postgres) before it is published, so this is the job's outcome.
+    this.sub.on('message', (_channel: string, jobId: string) => this.emit({ type: 'failed', jobId, error: cancelledError() }));
+    await this.sub.subscribe(cancelChannel(this.config.REDIS_PREFIX));
     await Promise.all(
       FAMILIES.map(async (family) => {
         const qe = new QueueEvents(queueName(family), {
@@ -113,6 +122,7 @@ export class CompletionDispatcher {
   }
 
   async close(): Promise<void> {
+    this.sub?.disconnect();
     await Promise.all([...this.events.values()].map((qe) => qe.close()));
     this.events.clear();
   }

@@ -13,6 +13,7 @@ import { slotOwner, type InFlightSlots } from '../access/in-flight.js';
 import { WorkerHeartbeat } from './heartbeat.js';
 import { findTool } from '../tools/index.js';
 import type { Metrics } from '../ops/metrics.js';
+import { JOB_CANCELLED, cancelChannel, cancelKey } from '../calls/cancel.js';
 
 /** Reason given to a finished job's signal; one shared object, so no DOMException per job. */
 const JOB_FINISHED = new Error('job finished');
@@ -79,6 +80,9 @@ export class WorkerPool {
   private readonly redis: Redis;
   /** Live-worker heartbeats per family in Redis, read by GET /health. */
   private heartbeat: WorkerHeartbeat | null = null;
+  /** Jobs running here, so a cancel (pub/sub, src/calls/cancel.ts) can abort the handler's signal. */
+  private readonly running = new Map<string, AbortController>();
+  private sub: Redis | null = null;
 
   constructor(
     private readonly deps: {
@@ -103,6 +107,11 @@ export class WorkerPool {
 
   async start(): Promise<void> {
     const { config, log } = this.deps;
+    // Subscribed before any worker takes a job; a job started after a cancel went by sees its marker.
+    this.sub = connectRedis(config.REDIS_URL);
+    this.sub.on('error', (err: Error) => log.debug({ err: err.message }, 'cancel subscription connection error'));
+    this.sub.on('message', (_channel: string, jobId: string) => this.running.get(jobId)?.abort(JOB_CANCELLED));
+    await this.sub.subscribe(cancelChannel(config.REDIS_PREFIX));
     for (const family of this.families) {
       const concurrency = concurrencyFor(config, family);
       const fair = new FairShare(Math.max(1, Math.floor(concurrency * config.FAIR_SHARE)), concurrency);
@@ -152,6 +161,7 @@ export class WorkerPool {
     const m = this.deps.metrics;
     const labels = { tool: job.data.tool, family: findTool(job.data.tool)?.family ?? 'unknown' };
     const started = performance.now();
+    this.running.set(job.id!, abort);
     if (m && job.attemptsMade === 0 && job.processedOn) m.queueWaitSeconds.observe({ family: labels.family }, Math.max(0, job.processedOn - job.timestamp) / 1000);
     // A call's outcome is counted once: when it succeeds or fails for good (not a failure to be retried).
     const finished = (outcome: string) => {
@@ -159,6 +169,8 @@ export class WorkerPool {
       m?.toolCalls.inc({ ...labels, outcome });
     };
     try {
+      // Cancelled while it waited (the pub/sub message came before this job ran here): it must not run.
+      if ((await this.redis.exists(cancelKey(this.deps.config.REDIS_PREFIX, job.id!)).catch(() => 0)) === 1) abort.abort(JOB_CANCELLED);
       const value = await this.deps.runner.run(job.data, {
         id: job.id!,
         attemptsMade: job.attemptsMade,
@@ -201,6 +213,7 @@ export class WorkerPool {
       }
       throw new Error(encodeFailure(e.error));
     } finally {
+      this.running.delete(job.id!);
       abort.abort(JOB_FINISHED);
     }
   }
@@ -214,6 +227,7 @@ export class WorkerPool {
   async close(): Promise<void> {
     await this.heartbeat?.stop();
     await Promise.all(this.workers.map((w) => w.close()));
+    this.sub?.disconnect();
     this.redis.disconnect();
   }
 }

@@ -8,6 +8,8 @@ import type { KeyCaller } from '../services/auth.js';
 import { Idempotency, type StoredResponse, type TrackJob } from '../calls/idempotency.js';
 import { payPerCallFor, sendPaidToolCall } from './paid-calls.js';
 import { protocolServices, streamToolCall, wantsEventStream } from './stream.js';
+import { cancellerFor } from '../calls/cancel.js';
+import { callbackUrlHeader } from './webhooks.js';
 
 /** `Prefer: respond-async` (RFC 7240) asks for the 202 at once. */
 export function wantsAsync(req: FastifyRequest): boolean {
@@ -92,6 +94,8 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
     const caller = await app.authenticate(req, reply);
     // Accept: text/event-stream answers with Server-Sent Events (src/routes/stream.ts).
     if (wantsEventStream(req)) return streamToolCall(app, req, reply, caller, { requestId: req.id, edgeToken: edgeTokenHeader(req) });
+    // Vetted before anything is reserved or queued: a refused Callback-Url is a 400 that costs nothing.
+    const callbackUrl = await callbackUrlHeader(req);
     return sendIdempotent(req, reply, caller, async (track) =>
       answerResponse(
         await calls.call(caller, req.params.name, req.body, {
@@ -99,6 +103,7 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
           respondAsync: wantsAsync(req),
           edgeToken: edgeTokenHeader(req),
           onJobId: track,
+          callbackUrl,
         }),
       ),
     );
@@ -114,7 +119,37 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
   app.get<{ Params: { id: string } }>('/jobs/:id', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
     // A chain or parallel root answers with the whole request's body; other jobs as calls.jobStatus.
-    const { status, body } = await protocolServices(app.container).protocol.jobStatus(caller, req.params.id);
+    const { webhooks } = app.container;
+    let answer: { status: number; body: unknown };
+    try {
+      answer = await protocolServices(app.container).protocol.jobStatus(caller, req.params.id);
+    } catch (e) {
+      // A failed job's error carries its webhook deliveries too (never a not_found: that would tell of other keys' jobs).
+      const hook = e instanceof AppError && e.code !== 'not_found' ? await webhooks?.view(req.params.id).catch(() => null) : null;
+      if (hook) {
+        const err = e as AppError;
+        throw new AppError(err.code, err.message, { ...err.details, webhook: hook }, { headers: err.headers });
+      }
+      throw e;
+    }
+    const { status, body } = answer;
+    // A job queued with a Callback-Url: where it goes and every delivery attempt (src/calls/webhooks.ts).
+    const hook = body && typeof body === 'object' ? await webhooks?.view(req.params.id).catch(() => null) : null;
+    return reply.status(status).send(hook ? { ...(body as object), webhook: hook } : body);
+  });
+
+  // Cancels a job the calling key made (src/calls/cancel.ts): 200 cancelled, 409 job_finished, 404.
+  app.delete<{ Params: { id: string } }>('/jobs/:id', async (req, reply) => {
+    const caller = await app.authenticate(req, reply);
+    // A job sent with a Callback-Url is delivered when cancelled too: its data is read first (cancelling may remove it),
+    // and the delivery queued here, since a cancelled job never reaches settlement.
+    const hooked = await app.container.queues.getJob(req.params.id).then((j) => j?.data, () => undefined);
+    const { status, body } = await cancellerFor(app.container).cancel(caller, req.params.id);
+    if (hooked?.callbackUrl && hooked.accountId && (body as { status?: unknown }).status === 'cancelled') {
+      await app.container.webhooks
+        ?.ended([{ jobId: req.params.id, accountId: hooked.accountId, callbackUrl: hooked.callbackUrl }])
+        .catch((err: Error) => req.log.warn({ err: err.message, job: req.params.id }, 'queueing the webhook of a cancelled job failed'));
+    }
     return reply.status(status).send(body);
   });
 

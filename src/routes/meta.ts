@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import scalarReference from '@scalar/fastify-api-reference';
 import { sql } from '../db/pool.js';
+import { DEFERRED_WARNING } from '../pay/x402/settler.js';
 import { catalogue, rootDocument, toolDetail, manifest } from '../services/catalogue.js';
 import { getTool } from '../tools/index.js';
 import { workerCounts } from '../queue/heartbeat.js';
@@ -50,6 +51,7 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
     if (checks.postgres === 'down') down.push('postgres');
     if (workers) for (const f of workers.expected) if (!workers.counts[f]) down.push(`workers:${f}`);
     const ok = down.length === 0;
+    const warnings = app.container.api?.payPerCall?.deps.x402.settler.mode === 'deferred' ? [DEFERRED_WARNING] : [];
     return reply.status(ok ? 200 : 503).send({
       status: ok ? 'ok' : 'degraded',
       checks,
@@ -58,6 +60,8 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
       // Live worker processes per family, across the deployment (null while Redis is down).
       worker_counts: workers ? workers.counts : null,
       ...(ok ? {} : { down }),
+      // Healthy but worth an operator's attention (deferred x402 settlement).
+      ...(warnings.length ? { warnings } : {}),
       time: new Date().toISOString(),
     });
   });

@@ -47,6 +47,8 @@ export const CORS_ALLOWED_HEADERS = [
   'x-edge-token',
   'x-payment',
   'payment-signature',
+  // @x402/fetch sets it on the paid retry (asking for PAYMENT-RESPONSE); a browser preflights it.
+  'access-control-expose-headers',
   'last-event-id',
   'mcp-protocol-version',
   'mcp-session-id',

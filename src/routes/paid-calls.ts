@@ -4,18 +4,40 @@ import { getTool } from '../tools/index.js';
 import { inputJsonSchema } from '../services/catalogue.js';
 import { takeEdgeToken } from '../services/calls.js';
 import { Idempotency, type StoredResponse } from '../calls/idempotency.js';
-import type { PayPerCall, PaidRun } from '../services/pay-per-call.js';
-import { isPaymentError, paymentErrorBody } from '../services/x402/index.js';
+import type { PayPerCall, PaidRun } from '../pay/pay-per-call.js';
+import { isPaymentError, paymentErrorBody, type PaymentHeaders } from '../pay/x402/index.js';
+import type { AnyTool } from '../tools/types.js';
 import { answerResponse, edgeTokenHeader } from './calls.js';
 import { baseUrl } from './meta.js';
 
 /**
  * x402 pay-per-call for routes that run tools. A request without an Authorization header, while
- * X402_ENABLED, is paid per call; with a header it is a key call as always (an X-Payment beside a
+ * X402_ENABLED, is paid per call; with a header it is a key call as always (a payment beside a
  * key is ignored).
  */
 export function payPerCallFor(req: FastifyRequest): PayPerCall | undefined {
   return req.headers.authorization ? undefined : req.server.container.api?.payPerCall;
+}
+
+/** The request's payment headers: PAYMENT-SIGNATURE (x402 v2) and X-Payment (v1). */
+export function paymentHeaders(req: FastifyRequest): PaymentHeaders {
+  return { signature: req.headers['payment-signature'], xPayment: req.headers['x-payment'] };
+}
+
+/**
+ * Tools that change something outside the service (a DNS record, a purge) are not sold per call: a
+ * payment can fail to settle after the change is made, and an all-or-nothing request would then
+ * have had the change for free. Refused before any payment is asked for, so nobody signs one.
+ */
+export function refuseSideEffects(tools: readonly Pick<AnyTool, 'name' | 'sideEffects'>[]): void {
+  const writes = tools.filter((t) => t.sideEffects).map((t) => t.name);
+  if (!writes.length) return;
+  throw new AppError(
+    'unauthorized',
+    `${writes.join(', ')} ${writes.length === 1 ? 'changes' : 'change'} things outside this service and ${writes.length === 1 ? 'is' : 'are'} not sold per call: ` +
+      'send an API key (Authorization: Bearer <key>). Pay-per-call is for tools without side effects.',
+    { side_effect_tools: [...new Set(writes)] },
+  );
 }
 
 export function paidIdempotency(req: FastifyRequest): PaidRun['idempotency'] {
@@ -53,13 +75,14 @@ export function sendPaid(req: FastifyRequest, reply: FastifyReply, out: StoredRe
 export async function sendPaidToolCall(req: FastifyRequest<{ Params: { name: string } }>, reply: FastifyReply, payPerCall: PayPerCall) {
   const { calls } = req.server.container.api!;
   const tool = getTool(req.params.name);
+  refuseSideEffects([tool]);
   if (tool.priceCents === 0) throw freeNeedsKey(tool.name);
   // Bad input is refused before any money is asked for.
   const taken = takeEdgeToken(req.body);
   calls.prepare(tool, taken.input, edgeTokenHeader(req) ?? taken.edgeToken);
   const out = await payPerCall.run(
     {
-      payment: req.headers['x-payment'],
+      payment: paymentHeaders(req),
       call: {
         tool: tool.name,
         priceCents: tool.priceCents,

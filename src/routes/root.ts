@@ -1,15 +1,19 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '../errors.js';
-import type { PayPerCall } from '../services/pay-per-call.js';
+import type { PayPerCall } from '../pay/pay-per-call.js';
 import { parseProtocolRequest, type ProtocolRequest, type ProtocolService } from '../services/protocol.js';
 import { edgeTokenHeader, sendIdempotent, wantsAsync } from './calls.js';
 import { baseUrl } from './meta.js';
-import { freeNeedsKey, paidIdempotency, payPerCallFor, sendPaid } from './paid-calls.js';
+import { freeNeedsKey, paidIdempotency, payPerCallFor, paymentHeaders, refuseSideEffects, sendPaid } from './paid-calls.js';
 import { lastEventCursor, protocolServices, resumeEventStream, startEventStream } from './stream.js';
+import { callbackUrlOf } from './webhooks.js';
 
 /** POST /: the root protocol (direct, chain, parallel, stream). Shapes in src/services/protocol.ts. */
 export async function rootRoutes(app: FastifyInstance): Promise<void> {
   const { protocol } = protocolServices(app.container);
+  // Chain and parallel requests with a callback are watched here until they end: this process can
+  // assemble their body (src/calls/webhooks.ts, WEBHOOK_WATCH_QUEUE).
+  app.container.webhooks?.startWatcher((rootId) => protocol.flowOutcome(rootId));
 
   app.post('/', async (req, reply) => {
     const paid = payPerCallFor(req);
@@ -18,7 +22,9 @@ export async function rootRoutes(app: FastifyInstance): Promise<void> {
     const at = lastEventCursor(req);
     if (at) return resumeEventStream(app, req, reply, caller, at);
     const request = parseProtocolRequest(req.body);
-    const opts = { requestId: req.id, edgeToken: edgeTokenHeader(req), respondAsync: wantsAsync(req) };
+    // Callback-Url header or callback_url: vetted before anything runs.
+    const callbackUrl = await callbackUrlOf(req, (req.body as { callback_url?: unknown }).callback_url);
+    const opts = { requestId: req.id, edgeToken: edgeTokenHeader(req), respondAsync: wantsAsync(req), ...(callbackUrl ? { callbackUrl } : {}) };
     if (request.stream) return startEventStream(app, req, reply, caller, (track) => protocol.start(caller, request, { ...opts, onJobId: track }));
     return sendIdempotent(req, reply, caller, (track) => protocol.answer(caller, request, { ...opts, onJobId: track }));
   });
@@ -30,13 +36,14 @@ const STREAM_NEEDS_KEY =
 
 /**
  * POST / without a key: 402 with the price of the whole request (every step), or run it for the
- * payment in X-Payment. All or nothing: a step that fails fails the request and nothing is charged.
+ * payment (PAYMENT-SIGNATURE or X-Payment). All or nothing: a step that fails fails the request and nothing is charged.
  */
 async function sendPaidRoot(req: FastifyRequest, reply: FastifyReply, protocol: ProtocolService, payPerCall: PayPerCall) {
   if (lastEventCursor(req)) throw new AppError('unauthorized', `Resuming an event stream (Last-Event-ID) ${STREAM_NEEDS_KEY}`);
   const request = parseProtocolRequest(req.body);
   if (request.stream) throw new AppError('unauthorized', `stream: true ${STREAM_NEEDS_KEY}`);
   const tools = request.mode === 'direct' ? [request.tool] : request.tools;
+  refuseSideEffects(tools);
   const priceCents = tools.reduce((sum, t) => sum + t.priceCents, 0);
   const names = tools.map((t) => t.name);
   if (priceCents === 0) throw freeNeedsKey(request.mode === 'direct' ? request.tool.name : `This ${request.mode} request (${names.join(', ')})`);
@@ -45,7 +52,7 @@ async function sendPaidRoot(req: FastifyRequest, reply: FastifyReply, protocol: 
   protocol.prepare(request, edgeToken);
   const out = await payPerCall.run(
     {
-      payment: req.headers['x-payment'],
+      payment: paymentHeaders(req),
       call: {
         tool: request.mode === 'direct' ? request.tool.name : `${request.mode}:${names.join(',')}`,
         priceCents,

@@ -34,6 +34,7 @@ export function protocolServices(container: Container): ProtocolServices {
       flows: new FlowRecords(redis, config.REDIS_PREFIX),
       credits,
       accounts,
+      ...(container.webhooks ? { webhooks: container.webhooks } : {}),
     });
     const follower = new JobFollower({ dispatcher: api.dispatcher, events: new JobEventLog(redis, config.REDIS_PREFIX), protocol });
     s = { protocol, follower, open: new Set() };

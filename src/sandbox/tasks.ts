@@ -1,4 +1,5 @@
 import type { ExtractHtmlInput, ExtractHtmlOutput } from '../tools/web/extract.js';
+import type { CviRoundInput, CviRoundOutput } from '../tools/text/cvi-b.js';
 
 /**
  * Named CPU tasks that handlers running on the worker's event loop hand to the sandbox pool
@@ -9,6 +10,8 @@ import type { ExtractHtmlInput, ExtractHtmlOutput } from '../tools/web/extract.j
 export interface TaskTypes {
   /** page_fetch: parse fetched HTML within node and depth caps and extract its readable text. */
   extract_html: { input: ExtractHtmlInput; output: ExtractHtmlOutput };
+  /** cvi_loop: one verification round of a draft against its sources (the loop's state stays on the event loop). */
+  cvi_round: { input: CviRoundInput; output: CviRoundOutput };
 }
 
 export type TaskName = keyof TaskTypes;
@@ -21,6 +24,7 @@ const moduleUrl = (path: string) => new URL(`${path}${EXT}`, import.meta.url).hr
 
 export const TASKS: Record<TaskName, { module: string; export: string }> = {
   extract_html: { module: moduleUrl('../tools/web/extract'), export: 'extractHtmlTask' },
+  cvi_round: { module: moduleUrl('../tools/text/cvi-b'), export: 'cviRoundTask' },
 };
 
 /** Runs a task on the calling event loop (ISOLATION=off, or a handler called outside the runner). */

@@ -6,6 +6,8 @@ import { sql, type DatabasePool } from '../db/pool.js';
 import type { Plan } from '../tools/types.js';
 import type { CreditReservations } from '../money/holds.js';
 import { KeyAuthenticator } from './auth.js';
+import { createPartner, creditPaid, partnerReport } from '../money/partners.js';
+import { z } from 'zod';
 import type { KeyType } from './keys.js';
 
 /** Operator actions, shared by the admin CLI and the demo seed. */
@@ -16,8 +18,10 @@ export class AdminService {
       credits: CreditReservations;
       redis: Redis;
       prefix: string;
-      /** Needed only by createAccountIfAbsent (a lookup by name under a lock). */
+      /** Needed by createAccountIfAbsent, sign-up, partners and paid credits. */
       pool?: DatabasePool;
+      /** PARTNER_SHARE_PCT, for credits added with paid cents (default 20). */
+      sharePct?: number;
     },
   ) {}
 
@@ -69,11 +73,60 @@ export class AdminService {
     });
   }
 
-  async addCredits(accountId: string, cents: number) {
+  /**
+   * `paidCents`: real money the operator received for these credits. It is recorded on the ledger
+   * line (ledger.paid_cents) and earns a referring partner its share, in the same transaction.
+   */
+  async addCredits(accountId: string, cents: number, paidCents?: number) {
     if (!Number.isInteger(cents) || cents <= 0) throw new AppError('invalid_input', '--cents must be a positive whole number');
-    const credits = await this.deps.accounts.addCredits(accountId, cents, `topup:${randomUUID()}`);
+    const entryKey = `topup:${randomUUID()}`;
+    if (paidCents === undefined) {
+      const credits = await this.deps.accounts.addCredits(accountId, cents, entryKey);
+      await this.deps.credits.toppedUp(accountId, cents);
+      return { account_id: accountId, credits };
+    }
+    if (!Number.isInteger(paidCents) || paidCents < 0) throw new AppError('invalid_input', '--paid-cents must be a whole number of cents');
+    const pool = this.requirePool('addCredits with paid cents');
+    const { credits } = await creditPaid(pool, { accountId, cents, paidCents, entryKey, sharePct: this.deps.sharePct ?? 20 });
     await this.deps.credits.toppedUp(accountId, cents);
-    return { account_id: accountId, credits };
+    return { account_id: accountId, credits, paid_cents: paidCents };
+  }
+
+  async createPartner(name: string, code: string) {
+    const p = await createPartner(this.requirePool('createPartner'), name, code);
+    return { partner_id: p.id, name: p.name, code: p.code };
+  }
+
+  async partnerReport(month: string) {
+    return partnerReport(this.requirePool('partnerReport'), month);
+  }
+
+  /**
+   * Self-service sign-up (POST /signup): a free account with a production key (shown once), its
+   * email and its referral. Serialised per email by an advisory lock, so one email gets one account.
+   */
+  async signUp(email: string, partnerId: string | null, clientAddress: string | null) {
+    const pool = this.requirePool('signUp');
+    const lockKey = 'tollgate:signup:' + email.toLowerCase();
+    return pool.connect(async (conn) => {
+      await conn.query(sql.unsafe`SELECT pg_advisory_lock(hashtext(${lockKey}))`);
+      try {
+        const taken = await conn.maybeOneFirst(sql.type(z.object({ account_id: z.string() }))`
+          SELECT account_id FROM signups WHERE lower(email) = lower(${email})`);
+        if (taken) throw new AppError('email_taken', 'An account with this email already exists. Its key was shown once at sign-up; ask the operator for a new one.');
+        const r = await this.createAccount('free', 0, email);
+        await conn.query(sql.unsafe`
+          INSERT INTO signups (account_id, email, partner_id, client_address) VALUES (${r.account_id}, ${email}, ${partnerId}, ${clientAddress})`);
+        return r;
+      } finally {
+        await conn.query(sql.unsafe`SELECT pg_advisory_unlock(hashtext(${lockKey}))`).catch(() => {});
+      }
+    });
+  }
+
+  private requirePool(what: string): DatabasePool {
+    if (!this.deps.pool) throw new Error(`AdminService.${what} needs the database pool`);
+    return this.deps.pool;
   }
 
   async createKey(accountId: string, type: KeyType, name?: string) {

@@ -135,6 +135,35 @@ export interface FrontDoorOptions {
   negativeTtlMs: number;
   /** Per-address throttle of failed authentications; applied when `authenticate` is given an address. */
   throttle?: AuthFailureThrottle;
+  /** Records `last_used_at` of keys that authenticate (at most once a minute per key). */
+  lastUsed?: LastUsedRecorder;
+}
+
+/**
+ * Keeps `api_keys.last_used_at` roughly current without a Postgres write per request: a Redis
+ * `SET NX EX 60` per key lets one request a minute, across all replicas, do the write. Fire and
+ * forget: a failure is logged, never felt by the request.
+ */
+export class LastUsedRecorder {
+  constructor(
+    private readonly redis: Redis,
+    private readonly prefix: string,
+    private readonly accounts: Pick<AccountsRepo, 'touchKey'>,
+    private readonly log: { warn(obj: object, msg: string): void },
+    private readonly everySeconds = 60,
+  ) {}
+
+  record(keyId: string): void {
+    void this.redis
+      .set(`${this.prefix}:keyused:${keyId}`, '1', 'EX', this.everySeconds, 'NX')
+      .then((won) => (won === 'OK' ? this.accounts.touchKey(keyId) : undefined))
+      .catch((err: unknown) => this.log.warn({ err, keyId }, 'recording last use of a key failed'));
+  }
+}
+
+/** Whether a rotated key's grace period is over (at `now`, ms since the epoch). */
+export function keyExpired(record: Pick<KeyRecord, 'expires_at'>, now: number): boolean {
+  return record.expires_at !== null && Date.parse(record.expires_at) <= now;
 }
 
 /** Bounds of the in-memory key state, so a flood of random keys cannot grow the process without end. */
@@ -185,6 +214,7 @@ export class KeyAuthenticator {
   private generation = 0;
   private negativeTtlMs = 0;
   private throttle: AuthFailureThrottle | undefined;
+  private lastUsed: LastUsedRecorder | undefined;
   /** Keys from throttled addresses waiting for the next batched lookup, with their waiters. */
   private queued = new Map<string, Array<{ resolve(r: KeyRecord | null): void; reject(e: unknown): void }>>();
   private batchTimer: NodeJS.Timeout | null = null;
@@ -207,6 +237,7 @@ export class KeyAuthenticator {
   configure(opts: Partial<FrontDoorOptions>): void {
     if (opts.negativeTtlMs !== undefined) this.negativeTtlMs = opts.negativeTtlMs;
     if (opts.throttle !== undefined) this.throttle = opts.throttle;
+    if (opts.lastUsed !== undefined) this.lastUsed = opts.lastUsed;
   }
 
   /** Subscribes to key changes; `sub` must be a connection dedicated to subscriptions. */
@@ -269,12 +300,21 @@ export class KeyAuthenticator {
       this.recent.delete(hash);
       return fail(keyNotFound());
     }
+    // Checked on every request, cached record or not: a rotated key stops at its expires_at on
+    // every replica, whatever KEY_CACHE_SECONDS or a missed broadcast would allow.
+    if (keyExpired(record, Date.now())) {
+      this.cache.delete(hash);
+      this.recent.delete(hash);
+      if (this.negativeTtlMs > 0) putBounded(this.unknown, hash, Date.now() + this.negativeTtlMs, MAX_UNKNOWN);
+      return fail(new AppError('key_not_found', 'API key expired: it was rotated and its grace period is over; use its replacement'));
+    }
     if (record.type === 'vip' && !(record.plan === 'enterprise' && record.elite)) {
       // A real key whose account changed, not a guess: not counted against the address, and not
       // remembered as unknown (the account may become elite enterprise again).
       throw new AppError('key_not_found', "API key no longer authenticates: this VIP key's account is no longer enterprise and elite");
     }
     if (throttle) putBounded(this.recent, hash, now, MAX_RECENT);
+    this.lastUsed?.record(record.key_id);
     return callerFromRecord(record);
   }
 
@@ -295,6 +335,7 @@ export class KeyAuthenticator {
 
   /** Caches a lookup's answer and returns the record if the key is live. */
   private remember(hash: string, found: KeyRecord | null, generation: number): KeyRecord | null {
+    // An expired key is returned (not remembered as unknown here) so `authenticate` names why it fails.
     const record = found && !found.revoked_at ? found : null;
     const now = Date.now();
     if (record) {

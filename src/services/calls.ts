@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Config } from '../config.js';
 import { AppError, type SerializedError } from '../errors.js';
 import { ResultsStore } from '../money/results.js';
-import { getTool } from '../tools/index.js';
+import { getTool, assertNeedsMet } from '../tools/index.js';
 import { planRank, type AnyTool } from '../tools/types.js';
 import type { CompletionDispatcher } from '../queue/dispatcher.js';
 import { newJobId, type JobQueues } from '../queue/queues.js';
@@ -30,6 +30,8 @@ export interface CallOptions {
    * dispatcher here to be sure of seeing every progress event (the chat and MCP endpoints do).
    */
   onJobId?: (jobId: string) => void | Promise<void>;
+  /** A Callback-Url already vetted (src/calls/webhooks.ts): the job's outcome is POSTed there when it ends. */
+  callbackUrl?: string;
 }
 
 /** Checks that the caller's plan and key may use the tool. */
@@ -76,6 +78,7 @@ export class CallService {
 
   /** Validates a tool's input, including the edge token the cf_* tools need. */
   prepare(tool: AnyTool, rawInput: unknown, edgeToken: string | undefined): Record<string, unknown> {
+    assertNeedsMet(tool, this.deps.config);
     const input = parseOrThrow(tool.input, rawInput ?? {}, `Input for ${tool.name} is invalid`) as Record<string, unknown>;
     if (tool.needsEdgeToken) assertEdgeToken(edgeToken);
     if (tool.needsEdgeToken && !edgeToken) {
@@ -156,6 +159,7 @@ export class CallService {
     const input = this.prepare(tool, taken.input, edgeToken);
     const jobId = newJobId(tool.family);
     const data = this.jobData(caller, tool, input, opts.requestId, edgeToken);
+    if (opts.callbackUrl && caller.kind === 'key') data.callbackUrl = opts.callbackUrl;
     await this.reserve(caller, [{ jobId, data }]);
     const wait = opts.respondAsync ? null : this.deps.dispatcher.waitFor(jobId, this.deps.config.SYNC_TIMEOUT_MS);
     try {
@@ -198,6 +202,8 @@ export class CallService {
         // A job whose charge committed is answered as charged, whatever failed after (a stall, a lost lock).
         const stored = await this.deps.results?.get(jobId).catch(() => null);
         if (stored?.status === 'completed' && stored.keyId === ownerKey) return { status: 200, body: ResultsStore.answer(jobId, stored) };
+        // Cancelled (DELETE /jobs/{id}): a chain step failed by the cancelled step before it says so too.
+        if (stored?.status === 'cancelled' && stored.keyId === ownerKey) throw withJob(AppError.fromJSON(stored.body as unknown as SerializedError), jobId);
         throw withJob(view.error, jobId);
       }
       return { status: 200, body: { job_id: jobId, status: view.status === 'active' ? 'running' : 'queued', progress: view.progress ?? null } };

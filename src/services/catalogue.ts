@@ -22,13 +22,23 @@ export const ENDPOINTS: Record<string, string> = {
   'POST /tools/{name}': 'Run a tool (JSON body = the tool input); Prefer: respond-async for a 202; Accept: text/event-stream for Server-Sent Events',
   'GET /jobs': "The key's recent calls, newest first (limit, cursor, since, tool, status)",
   'GET /jobs/{id}': 'Status and result of a call, chain or parallel request (same key only)',
+  'DELETE /jobs/{id}': 'Cancel a queued or running call, chain or parallel request (same key only): not charged unless it had already settled (then 409 job_finished)',
   'GET /jobs/{id}/events': 'Server-Sent Events of a job: stored events replayed, then live ones until its result (same key only; Last-Event-ID resumes)',
   'POST /': 'Root protocol: {chain, q}, {parallel, q}, {m, q} or {stream: true, m, q} (see protocol below)',
   'GET /balance': 'Credits, plan and this month\u2019s use',
+  'GET /webhooks/secret': 'The account\u2019s webhook signing secret (created on first use; production key only). Callback-Url on a call gets its outcome POSTed, signed, when it ends',
+  'POST /webhooks/secret': 'Roll the webhook signing secret (production key only)',
+  'POST /credits/topup': 'Buy credits with an x402 payment: 402 with the exact amount, then settled and credited once',
+  'GET /subscribe': 'Plans and how to sign up, with a partner\u2019s attribution_code (HTML, or JSON on Accept: application/json)',
+  'POST /signup': 'Create a free account and its key (SIGNUP_ENABLED; rate-limited per address)',
   'GET /v1/manifest': 'Tool tiers and prices, machine-readable',
   'GET /subkeys': "The account's sub-keys with this month's use (enterprise)",
   'POST /subkeys/create': 'Create a sub-key with a monthly limit and allowed tools (enterprise)',
   'DELETE /subkeys/{key_id}': 'Revoke a sub-key at once',
+  'GET /usage': "A month's charges (UTC, ?month=YYYY-MM) by tool, key and day, its top-ups and balance moves, all from the ledger (a sub-key or sandbox key: its own lines only)",
+  'GET /usage/entries': 'Ledger lines, newest first (limit, cursor, tool, key_id, since)',
+  'GET /keys': "The account's keys without secrets (not with a sub-key or sandbox key)",
+  'POST /keys/{key_id}/rotate': 'Replace a key with a new one of the same type (shown once); the old one works KEY_ROTATION_GRACE_SECONDS more',
   'POST /mcp': 'Model Context Protocol (Streamable HTTP, stateless): tools/list shows what your key may call, tools/call runs and charges like POST /tools/{name}',
   'GET /v1/models': 'OpenAI-compatible model list: svc-genius, svc-hints, svc-roast (those your plan may call)',
   'GET /v1/models/{model}': 'One model (403 plan_required above your plan)',
@@ -43,6 +53,20 @@ export function inputJsonSchema(tool: AnyTool): object {
     const { $schema: _drop, ...schema } = zodToJsonSchema(tool.input, { target: 'jsonSchema7', $refStrategy: 'none' }) as Record<string, unknown>;
     s = schema;
     schemaCache.set(tool, s);
+  }
+  return s;
+}
+
+const outputCache = new WeakMap<AnyTool, object>();
+
+/** The result's JSON Schema (from the tool's `outputSchema`), or null for a tool that declares none. */
+export function outputJsonSchema(tool: AnyTool): object | null {
+  if (!tool.outputSchema) return null;
+  let s = outputCache.get(tool);
+  if (!s) {
+    const { $schema: _drop, ...schema } = zodToJsonSchema(tool.outputSchema, { target: 'jsonSchema7', $refStrategy: 'none' }) as Record<string, unknown>;
+    s = schema;
+    outputCache.set(tool, s);
   }
   return s;
 }
@@ -73,9 +97,14 @@ export function toolDetail(tool: AnyTool) {
     price_cents: tool.priceCents,
     endpoint: `POST /tools/${tool.name}`,
     q_field: tool.qField,
+    q_parse: tool.qParse ?? 'text',
+    needs: tool.needs ?? [],
+    progress: tool.progress ?? false,
     input_schema: inputJsonSchema(tool),
     examples: tool.examples,
     output: tool.output,
+    ...(tool.outputSchema ? { output_schema: outputJsonSchema(tool) } : {}),
+    ...(tool.limits ? { limits: { time_ms: tool.limits.timeMs ?? null, memory_mb: tool.limits.memoryMb ?? null } } : {}),
     side_effects: tool.sideEffects ?? false,
     needs_edge_token: tool.needsEdgeToken ?? false,
   };

@@ -6,9 +6,10 @@ import { TOOLS } from '../tools/index.js';
 import { llmChatModels } from '../tools/llm/index.js';
 import { PLANS, type AnyTool } from '../tools/types.js';
 import { JobListQuery } from '../money/results.js';
+import { EntriesQuery, UsageQuery } from '../routes/usage.js';
 import { ChatCompletionRequestSchema, CHAT_REQUEST_EXAMPLES } from '../routes/openai.js';
-import { PaymentRequirementsSchema } from './x402/requirements.js';
-import { API_VERSION, ENDPOINTS, inputJsonSchema } from './catalogue.js';
+import { PaymentRequirementsSchema } from '../pay/x402/requirements.js';
+import { API_VERSION, ENDPOINTS, inputJsonSchema, outputJsonSchema } from './catalogue.js';
 import { ChainRequestSchema, DirectRequestSchema, MAX_STEPS, ParallelRequestSchema, PROTOCOL_MODES } from './protocol.js';
 
 /**
@@ -86,7 +87,8 @@ const AUTH = [{ bearerAuth: [] }];
 
 function toolCallOperation(tool: AnyTool, x402: boolean): Json {
   const examples = Object.fromEntries(tool.examples.map((value, i) => [`example${i + 1}`, { value }]));
-  const payable = x402 && tool.priceCents > 0;
+  // Tools with side effects are never sold per call (src/routes/paid-calls.ts): a key only.
+  const payable = x402 && tool.priceCents > 0 && !tool.sideEffects;
   return {
     operationId: `callTool_${tool.name}`,
     tags: ['Tools'],
@@ -97,17 +99,18 @@ function toolCallOperation(tool: AnyTool, x402: boolean): Json {
       (tool.sideEffects ? ' Changes things outside the service (sandbox keys get a dry run).' : '') +
       (tool.needsEdgeToken ? ' Needs the caller\u2019s edge-network token in X-Edge-Token (or `edge_token` in the body).' : '') +
       ` The root protocol's \`q\` fills \`${tool.qField}\`.`,
-    security: payable ? [...AUTH, { x402Payment: [] }] : AUTH,
+    security: payable ? [...AUTH, { x402Payment: [] }, { x402PaymentV1: [] }] : AUTH,
     parameters: [
       ref('parameters', 'Idempotency-Key'),
       ref('parameters', 'Prefer'),
+      ref('parameters', 'Callback-Url'),
       ...(tool.needsEdgeToken ? [ref('parameters', 'X-Edge-Token')] : []),
     ],
     requestBody: { required: true, content: json(inputJsonSchema(tool) as Json, { examples }) },
     responses: {
       '200': {
-        ...ok('The call ran and was charged.', ref('schemas', 'CallResult'), { headers: callHeaders(payable) }),
-        content: { ...json(ref('schemas', 'CallResult')), 'text/event-stream': { schema: ref('schemas', 'EventStream') } },
+        ...ok('The call ran and was charged.', resultSchema(tool), { headers: callHeaders(payable) }),
+        content: { ...json(resultSchema(tool)), 'text/event-stream': { schema: ref('schemas', 'EventStream') } },
       },
       '202': ref('responses', 'Accepted'),
       ...errors(...CALL_ERRORS),
@@ -115,11 +118,18 @@ function toolCallOperation(tool: AnyTool, x402: boolean): Json {
   };
 }
 
+/** CallResult, with `result` narrowed to the tool's output schema when it declares one. */
+function resultSchema(tool: AnyTool): Json {
+  const output = outputJsonSchema(tool);
+  if (!output) return ref('schemas', 'CallResult');
+  return { allOf: [ref('schemas', 'CallResult'), { type: 'object', properties: { result: output as Json } }] };
+}
+
 function callHeaders(payable: boolean): Json {
   return {
     'X-Job-Id': ref('headers', 'X-Job-Id'),
     'Idempotent-Replayed': ref('headers', 'Idempotent-Replayed'),
-    ...(payable ? { 'X-Payment-Response': ref('headers', 'X-Payment-Response') } : {}),
+    ...(payable ? { 'PAYMENT-RESPONSE': ref('headers', 'PAYMENT-RESPONSE'), 'X-Payment-Response': ref('headers', 'X-Payment-Response') } : {}),
   };
 }
 
@@ -139,10 +149,17 @@ function components(config: Config): Json {
             x402Payment: {
               type: 'apiKey',
               in: 'header',
-              name: 'X-Payment',
+              name: 'PAYMENT-SIGNATURE',
               description:
-                'x402 pay-per-call (paid tools and POST / only, no key): a request without Authorization is answered 402 with the price; ' +
-                'repeat it with the signed payment, base64-encoded, in X-Payment.',
+                'x402 pay-per-call (paid tools without side effects and POST / only, no key): a request without Authorization is answered 402 ' +
+                'with the price (v2 in the PAYMENT-REQUIRED header, v1 in the body); repeat it with the signed payment, base64 JSON, in ' +
+                'PAYMENT-SIGNATURE (x402 v2).',
+            },
+            x402PaymentV1: {
+              type: 'apiKey',
+              in: 'header',
+              name: 'X-Payment',
+              description: 'x402 version 1: the signed payment for the `accepts` of the 402 body, base64 JSON, in X-Payment.',
             },
           }
         : {}),
@@ -160,7 +177,9 @@ function components(config: Config): Json {
       'X-Payment-Amount': header('x402: the price in USD(C), e.g. 0.02.'),
       'X-Payment-Currency': header('x402: USDC.'),
       'X-Payment-Network': header('x402: the network the payment is made on (base-sepolia or base).'),
-      'X-Payment-Response': header('x402: base64 JSON settlement response (success, transaction, network, payer) of a paid call.'),
+      'X-Payment-Response': header('x402 v1: base64 JSON settlement response (success, transaction, network by name, payer) of a paid call.'),
+      'PAYMENT-REQUIRED': header('x402 v2: base64 JSON PaymentRequired (x402Version 2, resource, accepts with CAIP-2 networks and amount) on a 402 that asks for payment.'),
+      'PAYMENT-RESPONSE': header('x402 v2: base64 JSON settlement response (success, transaction, CAIP-2 network, payer) of a paid call.'),
     },
     parameters: {
       'Idempotency-Key': {
@@ -177,6 +196,17 @@ function components(config: Config): Json {
         required: false,
         description: 'respond-async: answer 202 with the job id at once instead of waiting for the result.',
         schema: { type: 'string', examples: ['respond-async'] },
+      },
+      'Callback-Url': {
+        name: 'Callback-Url',
+        in: 'header',
+        required: false,
+        description:
+          'https URL that gets the outcome when the job ends (completed or failed): a POST of the body GET /jobs/{id} answers, ' +
+          'signed in Tollgate-Signature (t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>"> with the secret of GET /webhooks/secret), ' +
+          'with Tollgate-Job-Id and Tollgate-Delivery-Id. Retried with exponential backoff for about 24 h until a 2xx; redirects are not followed. ' +
+          'Refused (400 invalid_input) unless https and every address of its host is public. On POST / also `callback_url`; a chain or parallel request is delivered once, when all its steps have ended.',
+        schema: { type: 'string', format: 'uri', maxLength: 2048 },
       },
       'X-Edge-Token': {
         name: 'X-Edge-Token',
@@ -266,8 +296,40 @@ function components(config: Config): Json {
       JobStatus: {
         type: 'object',
         description: 'While running: {job_id, status, progress}. Done: the body the sync call would have had (or its error).',
-        properties: { job_id: { type: 'string' }, status: { type: 'string', enum: ['queued', 'running', 'completed', 'failed'] }, progress: {} },
+        properties: {
+          job_id: { type: 'string' },
+          status: { type: 'string', enum: ['queued', 'running', 'completed', 'failed'] },
+          progress: {},
+          webhook: ref('schemas', 'WebhookStatus'),
+        },
         additionalProperties: true,
+      },
+      WebhookStatus: {
+        type: 'object',
+        description: 'Only for a job sent with a Callback-Url, once it ended: where its outcome goes and every delivery attempt (also under `error` for a failed job).',
+        required: ['url', 'deliveries', 'delivered_at'],
+        properties: {
+          url: { type: 'string', format: 'uri' },
+          deliveries: {
+            type: 'array',
+            items: {
+              type: 'object',
+              required: ['at', 'status', 'ok'],
+              properties: {
+                at: { type: 'string', format: 'date-time' },
+                status: { type: ['integer', 'null'], description: 'HTTP status the receiver answered; null when none (refused, timeout)' },
+                ok: { type: 'boolean' },
+                error: { type: 'string' },
+              },
+            },
+          },
+          delivered_at: { type: ['string', 'null'], format: 'date-time' },
+        },
+      },
+      WebhookSecret: {
+        type: 'object',
+        required: ['secret'],
+        properties: { secret: { type: 'string', pattern: '^whsec_', description: 'HMAC-SHA256 key of Tollgate-Signature' } },
       },
       JobList: {
         type: 'object',
@@ -280,7 +342,7 @@ function components(config: Config): Json {
               properties: {
                 job_id: { type: 'string' },
                 tool: { type: 'string' },
-                status: { type: 'string', enum: ['completed', 'failed'] },
+                status: { type: 'string', enum: ['completed', 'failed', 'cancelled'] },
                 cost_cents: { type: 'integer' },
                 created_at: { type: 'string', format: 'date-time' },
                 finished_at: { type: ['string', 'null'], format: 'date-time' },
@@ -324,6 +386,98 @@ function components(config: Config): Json {
           allowed_tools: { type: 'array', minItems: 1, maxItems: 500, items: { type: 'string', enum: TOOLS.map((t) => t.name) } },
         },
       },
+      Usage: {
+        type: 'object',
+        description: "A month of the ledger in the caller's scope. Charges are positive cents here; `balance` moves are signed (start + opening + top-ups + charges = end). `balance` is null for a sub-key or sandbox key, which see their own lines only.",
+        required: ['month', 'from', 'to', 'scope', 'unit', 'total', 'by_tool', 'by_key', 'by_day', 'topups', 'balance'],
+        properties: {
+          month: { type: 'string', pattern: '^\\d{4}-\\d{2}$' },
+          from: { type: 'string', format: 'date-time' },
+          to: { type: 'string', format: 'date-time', description: 'Exclusive.' },
+          scope: { type: 'string', enum: ['account', 'key'] },
+          key_id: { type: 'string', format: 'uuid', description: 'With scope key: the calling key.' },
+          unit: { const: 'cents' },
+          total: { $ref: '#/components/schemas/UsageTotal' },
+          by_tool: { type: 'array', items: { allOf: [{ $ref: '#/components/schemas/UsageTotal' }, { type: 'object', properties: { tool: { type: ['string', 'null'] } } }] } },
+          by_key: {
+            type: 'array',
+            items: {
+              allOf: [
+                { $ref: '#/components/schemas/UsageTotal' },
+                { type: 'object', properties: { key_id: { type: ['string', 'null'] }, type: { type: ['string', 'null'] }, name: { type: ['string', 'null'] }, display_prefix: { type: ['string', 'null'] } } },
+              ],
+            },
+          },
+          by_day: { type: 'array', items: { allOf: [{ $ref: '#/components/schemas/UsageTotal' }, { type: 'object', properties: { day: { type: 'string', format: 'date' } } }] } },
+          topups: { type: 'object', properties: { cents: { type: 'integer' }, count: { type: 'integer' } } },
+          balance: {
+            type: ['object', 'null'],
+            properties: {
+              start_cents: { type: 'integer' },
+              opening_cents: { type: 'integer' },
+              topups_cents: { type: 'integer' },
+              charges_cents: { type: 'integer', description: 'Negative: what the charges took.' },
+              payments_cents: { type: 'integer' },
+              end_cents: { type: 'integer' },
+            },
+          },
+        },
+      },
+      UsageTotal: { type: 'object', required: ['cents', 'calls'], properties: { cents: { type: 'integer' }, calls: { type: 'integer' } } },
+      LedgerEntryList: {
+        type: 'object',
+        required: ['entries', 'next_cursor'],
+        properties: {
+          entries: {
+            type: 'array',
+            items: {
+              type: 'object',
+              required: ['id', 'kind', 'amount_cents', 'created_at'],
+              properties: {
+                id: { type: 'string' },
+                kind: { type: 'string', enum: ['charge', 'topup', 'opening', 'payment'] },
+                tool: { type: ['string', 'null'] },
+                key_id: { type: ['string', 'null'] },
+                amount_cents: { type: 'integer', description: 'Signed move of the balance (a charge is negative).' },
+                job_id: { type: 'string', description: 'Charges only: the call that was charged.' },
+                agent_name: { type: ['string', 'null'] },
+                created_at: { type: 'string', format: 'date-time' },
+              },
+            },
+          },
+          next_cursor: { type: ['string', 'null'], description: 'Pass as `cursor` for the next (older) page; null on the last page.' },
+        },
+      },
+      ApiKeyInfo: {
+        type: 'object',
+        properties: {
+          key_id: { type: 'string', format: 'uuid' },
+          type: { type: 'string', enum: ['production', 'sub', 'test', 'agent', 'vip'] },
+          display_prefix: { type: 'string' },
+          name: { type: ['string', 'null'] },
+          created_at: { type: 'string', format: 'date-time' },
+          last_used_at: { type: ['string', 'null'], format: 'date-time', description: 'Updated at most once a minute.' },
+          revoked_at: { type: ['string', 'null'], format: 'date-time' },
+          expires_at: { type: ['string', 'null'], format: 'date-time', description: 'A rotated key stops working then.' },
+          replaced_by_key_id: { type: ['string', 'null'], format: 'uuid' },
+        },
+      },
+      RotatedKey: {
+        type: 'object',
+        required: ['key_id', 'api_key', 'type', 'display_prefix', 'created_at', 'replaces'],
+        properties: {
+          key_id: { type: 'string', format: 'uuid' },
+          api_key: { type: 'string', description: 'The new key, shown only in this answer.' },
+          type: { type: 'string', enum: ['production', 'agent', 'vip', 'test'] },
+          name: { type: ['string', 'null'] },
+          display_prefix: { type: 'string' },
+          created_at: { type: 'string', format: 'date-time' },
+          replaces: {
+            type: 'object',
+            properties: { key_id: { type: 'string', format: 'uuid' }, expires_at: { type: 'string', format: 'date-time' }, grace_seconds: { type: 'integer' } },
+          },
+        },
+      },
       SubKey: {
         type: 'object',
         properties: {
@@ -337,6 +491,66 @@ function components(config: Config): Json {
           created_at: { type: 'string' },
         },
         additionalProperties: true,
+      },
+      // Self-service: top-ups, sign-up, partners
+      TopupRequest: {
+        type: 'object',
+        required: ['cents'],
+        additionalProperties: false,
+        properties: {
+          cents: { type: 'integer', minimum: config.TOPUP_MIN_CENTS, maximum: config.TOPUP_MAX_CENTS, description: 'Credits to buy, in cents (TOPUP_MIN_CENTS to TOPUP_MAX_CENTS); the 402 asks for exactly this many cents of USDC.' },
+        },
+      },
+      Topup: {
+        type: 'object',
+        required: ['cents', 'credits', 'payment'],
+        properties: {
+          cents: { type: 'integer', description: 'Credits added.' },
+          credits: { type: 'integer', description: 'The account\u2019s balance after the top-up.' },
+          payment: {
+            type: 'object',
+            required: ['transaction', 'network'],
+            properties: { transaction: { type: 'string', description: 'The settlement transaction hash.' }, network: { type: 'string' } },
+          },
+        },
+      },
+      SignupRequest: {
+        type: 'object',
+        required: ['email'],
+        additionalProperties: false,
+        properties: {
+          email: { type: 'string', format: 'email', maxLength: 254 },
+          attribution_code: { type: 'string', pattern: '^[A-Za-z0-9_-]{3,32}$', description: 'A partner\u2019s code (from its /subscribe link); unknown codes are refused.' },
+        },
+      },
+      Signup: {
+        type: 'object',
+        required: ['account_id', 'api_key', 'key_id', 'plan', 'credits', 'email'],
+        properties: {
+          account_id: { type: 'string', format: 'uuid' },
+          api_key: { type: 'string', description: 'The production key, shown only in this answer.' },
+          key_id: { type: 'string', format: 'uuid' },
+          plan: { type: 'string', const: 'free' },
+          credits: { type: 'integer' },
+          email: { type: 'string' },
+          attribution_code: { type: ['string', 'null'] },
+        },
+      },
+      SubscribePage: {
+        type: 'object',
+        required: ['plans', 'signup', 'attribution', 'topup'],
+        properties: {
+          plans: {
+            type: 'array',
+            items: { type: 'object', properties: { plan: { type: 'string', enum: [...PLANS] }, requests_per_minute: { type: 'integer' }, description: { type: 'string' } } },
+          },
+          signup: { type: 'object', properties: { enabled: { type: 'boolean' }, how: { type: 'string' }, example: { type: 'string' } } },
+          attribution: {
+            type: ['object', 'null'],
+            properties: { code: { type: 'string' }, known: { type: 'boolean' }, partner: { type: 'string' }, message: { type: 'string' } },
+          },
+          topup: { type: 'string' },
+        },
       },
       JsonRpc: {
         description: 'A JSON-RPC 2.0 message or batch (MCP Streamable HTTP, stateless).',
@@ -382,9 +596,10 @@ function components(config: Config): Json {
       PaymentRequired: {
         description:
           'Payment required. With a key: insufficient_credits or monthly_limit_exceeded in the error envelope. ' +
-          'Without a key on a paid call with x402 enabled: the x402 body and X-Payment-* headers.',
+          'Without a key on a paid call with x402 enabled: the x402 v1 body, the v2 PAYMENT-REQUIRED header and the X-Payment-* headers.',
         headers: {
           ...REQUEST_ID_HEADER,
+          'PAYMENT-REQUIRED': ref('headers', 'PAYMENT-REQUIRED'),
           'X-Payment-Required': ref('headers', 'X-Payment-Required'),
           'X-Payment-Amount': ref('headers', 'X-Payment-Amount'),
           'X-Payment-Currency': ref('headers', 'X-Payment-Currency'),
@@ -456,8 +671,14 @@ export function openApiDocument(base: string, config: Config): Json {
           tags: ['Protocol'],
           summary: 'Root protocol',
           description: `${ENDPOINTS['POST /']}. ${Object.values(PROTOCOL_MODES).map((m) => m.description).join('. ')}.`,
-          security: x402 ? [...AUTH, { x402Payment: [] }] : AUTH,
-          parameters: [ref('parameters', 'Idempotency-Key'), ref('parameters', 'Prefer'), ref('parameters', 'X-Edge-Token'), ref('parameters', 'Last-Event-ID')],
+          security: x402 ? [...AUTH, { x402Payment: [] }, { x402PaymentV1: [] }] : AUTH,
+          parameters: [
+            ref('parameters', 'Idempotency-Key'),
+            ref('parameters', 'Prefer'),
+            ref('parameters', 'Callback-Url'),
+            ref('parameters', 'X-Edge-Token'),
+            ref('parameters', 'Last-Event-ID'),
+          ],
           requestBody: {
             required: true,
             content: json(ref('schemas', 'ProtocolRequest'), {
@@ -529,7 +750,7 @@ export function openApiDocument(base: string, config: Config): Json {
           tags: ['Tools'],
           summary: 'Run a tool by name',
           description: `${ENDPOINTS['POST /tools/{name}']}. The per-tool paths (/tools/<tool>) carry each tool's input schema.`,
-          security: x402 ? [...AUTH, { x402Payment: [] }] : AUTH,
+          security: x402 ? [...AUTH, { x402Payment: [] }, { x402PaymentV1: [] }] : AUTH,
           parameters: [ref('parameters', 'Idempotency-Key'), ref('parameters', 'Prefer'), ref('parameters', 'X-Edge-Token'), ref('parameters', 'Last-Event-ID')],
           requestBody: { required: true, content: json({ type: 'object', additionalProperties: true }) },
           responses: {
@@ -553,6 +774,17 @@ export function openApiDocument(base: string, config: Config): Json {
       '/jobs/{id}': {
         parameters: [ref('parameters', 'JobId')],
         get: get('getJob', 'Jobs', '/jobs/{id}', { '200': ok('Status, or the finished body.', ref('schemas', 'JobStatus')), ...errors('404') }),
+        delete: {
+          operationId: 'cancelJob',
+          tags: ['Jobs'],
+          summary: '/jobs/{id}',
+          description: ENDPOINTS['DELETE /jobs/{id}'],
+          responses: {
+            '200': ok('Cancelled: {job_id, status: "cancelled", cancelled: true}; a chain or parallel root also gives mode, steps (each completed, failed or cancelled, with cost_cents) and cost_cents (what its finished steps were charged).', open),
+            ...errors('404'),
+            '409': errorResponse(409, 'job_finished: the job had already completed (charged; details: status, cost_cents) or failed, so nothing was cancelled. (cancelled is what GET /jobs/{id} and a waiting caller get for a cancelled job.)'),
+          },
+        },
       },
       '/jobs/{id}/events': {
         parameters: [ref('parameters', 'JobId')],
@@ -569,6 +801,15 @@ export function openApiDocument(base: string, config: Config): Json {
         ),
       },
       '/balance': { get: get('balance', 'Account', '/balance', { '200': ok('Credits, plan and use.', ref('schemas', 'Balance')) }) },
+      '/webhooks/secret': {
+        get: get('getWebhookSecret', 'Account', '/webhooks/secret', { '200': ok('The secret (created on first use).', ref('schemas', 'WebhookSecret')), ...errors('403') }, {
+          description: "The account's webhook signing secret, created on first use. The account's production key only: sub-keys and sandbox keys get 403.",
+        }),
+        post: {
+          ...get('rollWebhookSecret', 'Account', '/webhooks/secret', { '200': ok('The new secret.', ref('schemas', 'WebhookSecret')), ...errors('403') }),
+          description: 'Replaces the secret; deliveries from now on (retries too) are signed with the new one. Production key only.',
+        },
+      },
       '/subkeys': {
         get: get('listSubKeys', 'Sub-keys', '/subkeys', {
           '200': ok('Sub-keys with this month\u2019s use.', { type: 'object', properties: { subkeys: { type: 'array', items: ref('schemas', 'SubKey') } } }),
@@ -593,6 +834,85 @@ export function openApiDocument(base: string, config: Config): Json {
           responses: {
             '200': ok('Revoked.', { type: 'object', properties: { key_id: { type: 'string' }, revoked: { type: 'boolean', const: true } } }),
             ...errors('403', '404'),
+          },
+        },
+      },
+      '/usage': {
+        get: get('getUsage', 'Account', '/usage', { '200': ok("The month's usage from the ledger.", ref('schemas', 'Usage')), ...errors('400') }, {
+          parameters: Object.entries((fromZod(UsageQuery).properties ?? {}) as Record<string, Json>).map(([name, schema]) => ({ name, in: 'query', required: false, schema })),
+        }),
+      },
+      '/usage/entries': {
+        get: get('listUsageEntries', 'Account', '/usage/entries', { '200': ok('Ledger lines, newest first.', ref('schemas', 'LedgerEntryList')), ...errors('400') }, {
+          parameters: Object.entries((fromZod(EntriesQuery).properties ?? {}) as Record<string, Json>).map(([name, schema]) => ({ name, in: 'query', required: false, schema })),
+        }),
+      },
+      '/keys': {
+        get: get('listKeys', 'Keys', '/keys', {
+          '200': ok("The account's keys (no secrets).", { type: 'object', properties: { keys: { type: 'array', items: ref('schemas', 'ApiKeyInfo') } } }),
+          ...errors('403'),
+        }),
+      },
+      '/keys/{key_id}/rotate': {
+        post: {
+          operationId: 'rotateKey',
+          tags: ['Keys'],
+          summary: ENDPOINTS['POST /keys/{key_id}/rotate'],
+          description:
+            'Production, agent, VIP and sandbox keys of the account can be rotated (a sub-key: 403, replace it through /subkeys). ' +
+            'The new key has the same type and name and is shown once; the old one stops at `replaces.expires_at` on every replica. ' +
+            'Sub-keys and sandbox keys cannot rotate (403). A key of another account: 404. A key already rotated, revoked or expired: 409 key_not_active.',
+          parameters: [{ name: 'key_id', in: 'path', required: true, schema: { type: 'string', format: 'uuid' } }],
+          responses: { '201': ok('The replacement (api_key shown once).', ref('schemas', 'RotatedKey')), ...errors('400', '403', '404', '409') },
+        },
+      },
+      '/credits/topup': {
+        post: {
+          operationId: 'topUp',
+          tags: ['Account'],
+          summary: ENDPOINTS['POST /credits/topup'],
+          description:
+            'Buys credits with an x402 payment (USDC, scheme exact). With a production or agent key (sub-keys and sandbox keys: 403). ' +
+            'Without a payment header the answer is 402 with the exact amount (v1 body, v2 PAYMENT-REQUIRED header); repeat the request ' +
+            'with the signed payment in PAYMENT-SIGNATURE (v2) or X-Payment (v1). Credits are added only once the payment has settled, once per payment. ' +
+            '503 `topup_unavailable` when x402 is not configured with a facilitator or self-settlement.',
+          security: x402 ? [...AUTH, { x402Payment: [] }, { x402PaymentV1: [] }] : AUTH,
+          requestBody: { required: true, content: json(ref('schemas', 'TopupRequest')) },
+          responses: {
+            '200': ok('Settled and credited.', ref('schemas', 'Topup'), {
+              headers: { 'PAYMENT-RESPONSE': ref('headers', 'PAYMENT-RESPONSE'), 'X-Payment-Response': ref('headers', 'X-Payment-Response') },
+            }),
+            ...errors('400', '402', '403'),
+          },
+        },
+      },
+      '/subscribe': {
+        get: get(
+          'subscribe',
+          'Account',
+          '/subscribe',
+          {
+            '200': {
+              description: 'The plans and how to sign up (HTML unless Accept asks for application/json). An unknown code still answers 200, saying so.',
+              headers: REQUEST_ID_HEADER,
+              content: { 'text/html': { schema: { type: 'string' } }, ...json(ref('schemas', 'SubscribePage')) },
+            },
+            '400': ref('responses', 'BadRequest'),
+          },
+          { security: [], parameters: [{ name: 'attribution_code', in: 'query', required: false, schema: { type: 'string', maxLength: 100 }, description: 'A partner\u2019s code.' }] },
+        ),
+      },
+      '/signup': {
+        post: {
+          operationId: 'signUp',
+          tags: ['Account'],
+          summary: ENDPOINTS['POST /signup'],
+          description: 'Creates a free account with its production key (shown once), recording the partner referral. Only with SIGNUP_ENABLED (else 404); limited per client address (SIGNUP_PER_HOUR, 429 with Retry-After).',
+          security: [],
+          requestBody: { required: true, content: json(ref('schemas', 'SignupRequest')) },
+          responses: {
+            '201': ok('The new account and its key.', ref('schemas', 'Signup'), { auth: false }),
+            ...Object.fromEntries(Object.entries(errors('400', '404', '409')).filter(([s]) => s !== '401')),
           },
         },
       },

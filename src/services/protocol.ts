@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { Config } from '../config.js';
 import { AppError } from '../errors.js';
-import { findTool, getTool } from '../tools/index.js';
+import { assertNeedsMet, findTool, getTool, qInput } from '../tools/index.js';
 import type { AnyTool } from '../tools/types.js';
 import type { AccountsRepo } from '../db/accounts-repo.js';
 import type { CompletionDispatcher } from '../queue/dispatcher.js';
@@ -14,6 +14,7 @@ import type { CreditReservations } from '../money/holds.js';
 import { assertEdgeToken } from './edge-token.js';
 import type { CallJobData, CallResult } from './runner.js';
 import { invalidInput } from './validation.js';
+import type { Webhooks } from '../calls/webhooks.js';
 
 /**
  * The root protocol (POST /): `direct` and `stream` run one tool with `q` in the field it declares;
@@ -34,6 +35,10 @@ const common = {
     .describe("The input. It fills the field each tool declares as its q field (GET /tools/{name} shows `q_field`)."),
   stream: z.boolean().optional().describe('true: answer with Server-Sent Events (queued, progress, result or error) instead of one JSON body'),
   edge_token: z.string().optional().describe('Edge-network API token for cf_* tools, if the X-Edge-Token header cannot be sent'),
+  callback_url: z
+    .string()
+    .optional()
+    .describe('https URL that gets the signed outcome when the job ends (like the Callback-Url header); for chain and parallel, when the whole request has ended'),
 };
 const toolList = (mode: FlowMode) =>
   z
@@ -135,6 +140,8 @@ export interface ProtocolOptions {
   /** From the X-Edge-Token header; wins over `edge_token` in the body. */
   edgeToken?: string;
   respondAsync?: boolean;
+  /** Vetted Callback-Url (header or callback_url): the outcome is POSTed there when the request ends (src/calls/webhooks.ts). */
+  callbackUrl?: string;
   /** Called with every job id the request queues, the flow's root first, before any is queued (pay-per-call tracks them). */
   onJobId?: (jobId: string) => void | Promise<void>;
 }
@@ -178,6 +185,8 @@ export class ProtocolService {
       flows: FlowRecords;
       credits: CreditReservations;
       accounts: AccountsRepo;
+      /** Watches chain and parallel requests with a Callback-Url until they end (src/calls/webhooks.ts). */
+      webhooks?: Pick<Webhooks, 'watch'>;
     },
   ) {}
 
@@ -187,7 +196,7 @@ export class ProtocolService {
    * request, and the error carries no step's result.
    */
   async answer(caller: Caller, req: ProtocolRequest, opts: ProtocolOptions): Promise<ProtocolAnswer> {
-    if (req.mode === 'direct') return fromCallAnswer(await this.deps.calls.call(caller, req.tool.name, { [req.tool.qField]: req.q }, this.callOpts(req, opts)));
+    if (req.mode === 'direct') return fromCallAnswer(await this.deps.calls.call(caller, req.tool.name, qInput(req.tool, req.q), this.callOpts(req, opts)));
 
     const { dispatcher, config } = this.deps;
     const seen = new Map<string, StepOutcome>();
@@ -230,7 +239,7 @@ export class ProtocolService {
 
   /** Admits and queues a streaming request; the caller then follows the returned target. */
   async start(caller: KeyCaller, req: ProtocolRequest, opts: ProtocolOptions): Promise<StreamTarget> {
-    if (req.mode === 'direct') return this.startTool(caller, req.tool.name, { [req.tool.qField]: req.q }, this.callOpts(req, opts));
+    if (req.mode === 'direct') return this.startTool(caller, req.tool.name, qInput(req.tool, req.q), this.callOpts(req, opts));
     return { kind: 'flow', flow: await this.launch(caller, req, opts) };
   }
 
@@ -267,6 +276,20 @@ export class ProtocolService {
     return { ok: false, error: new AppError(err.code, err.message, { ...err.details, job_id: target.jobId }) };
   }
 
+  /**
+   * The body GET /jobs/{root} answers once a chain or parallel request has ended (what its webhook
+   * delivers); null while it runs; undefined when no such request is stored.
+   */
+  async flowOutcome(rootId: string): Promise<Record<string, unknown> | null | undefined> {
+    const flow = await this.deps.flows.get(rootId);
+    if (!flow) return undefined;
+    const final = await this.final({ kind: 'flow', flow });
+    if (!final) return null;
+    if (final.ok) return { job_id: rootId, status: 'completed', ...(final.body as object) };
+    const err = final.error;
+    return { error: { code: err.code, message: err.message, ...err.details, job_id: rootId } };
+  }
+
   /** GET /jobs/{id}: a chain or parallel root answers with the whole request's body; other jobs as before. */
   async jobStatus(caller: KeyCaller, jobId: string): Promise<{ status: number; body: unknown }> {
     const flow = await this.deps.flows.get(jobId);
@@ -282,7 +305,13 @@ export class ProtocolService {
   }
 
   private callOpts(req: ProtocolRequest, opts: ProtocolOptions) {
-    return { requestId: opts.requestId, respondAsync: opts.respondAsync, edgeToken: opts.edgeToken ?? req.edgeToken, onJobId: opts.onJobId };
+    return {
+      requestId: opts.requestId,
+      respondAsync: opts.respondAsync,
+      edgeToken: opts.edgeToken ?? req.edgeToken,
+      onJobId: opts.onJobId,
+      ...(opts.callbackUrl ? { callbackUrl: opts.callbackUrl } : {}),
+    };
   }
 
   /**
@@ -292,12 +321,15 @@ export class ProtocolService {
    */
   prepare(req: ProtocolRequest, edgeToken: string | undefined): Array<Record<string, unknown>> {
     const { calls } = this.deps;
-    if (req.mode === 'direct') return [calls.prepare(req.tool, { [req.tool.qField]: req.q }, edgeToken ?? req.edgeToken)];
+    if (req.mode === 'direct') return [calls.prepare(req.tool, qInput(req.tool, req.q), edgeToken ?? req.edgeToken)];
     const { mode, tools, q } = req;
     edgeToken ??= req.edgeToken;
+    // Every step's needs, not only the first's: a chain must not run its first steps and then find
+    // a later one cannot run here.
+    for (const tool of tools) assertNeedsMet(tool, this.deps.config);
     if (tools.some((t) => t.needsEdgeToken)) assertEdgeToken(edgeToken);
     return tools.map((tool, i) => {
-      if (mode === 'parallel' || i === 0) return calls.prepare(tool, { [tool.qField]: q }, edgeToken);
+      if (mode === 'parallel' || i === 0) return calls.prepare(tool, qInput(tool, q), edgeToken);
       if (tool.needsEdgeToken && !edgeToken) {
         throw new AppError('invalid_input', `${tool.name} (chain step ${i + 1}) needs your Cloudflare API token: send it in the X-Edge-Token header (or as edge_token in the body)`, {
           issues: [{ path: ['X-Edge-Token'], message: 'required' }],
@@ -344,6 +376,8 @@ export class ProtocolService {
     try {
       if (opts.onJobId) for (const id of [rootId, ...ids.filter((id) => id !== rootId)]) await opts.onJobId(id);
       await flows.put(flow);
+      // Before the flow is queued: a request whose callback cannot be watched is not run at all.
+      if (opts.callbackUrl && key && this.deps.webhooks) await this.deps.webhooks.watch(rootId, key.accountId, opts.callbackUrl);
       beforeAdd?.(flow);
       await queues.addFlow(mode === 'chain' ? this.chainTree(steps) : this.parallelTree(rootId, steps, caller, opts.requestId));
     } catch {

@@ -1,7 +1,9 @@
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
 import { AppError, isAppError, type SerializedError } from '../errors.js';
-import { findTool } from '../tools/index.js';
+import { findTool, qInput } from '../tools/index.js';
+import { accountStore } from '../tools/store.js';
+import type { Redis } from '../queue/redis.js';
 import type { ToolContext, ToolProgress } from '../tools/types.js';
 import type { SandboxPool } from '../sandbox/pool.js';
 import type { AccountsRepo } from '../db/accounts-repo.js';
@@ -10,6 +12,7 @@ import type { Settler, Settlement, StoredOutcome } from '../money/settlement.js'
 import type { ResultsStore } from '../money/results.js';
 import { redactToken, type EdgeTokenSealer } from './edge-token.js';
 import { invalidInput } from './validation.js';
+import { JOB_CANCELLED, cancelledError } from '../calls/cancel.js';
 
 /** What a tool-call job carries in Redis. Never the edge token in clear text. */
 export interface CallJobData {
@@ -36,6 +39,8 @@ export interface CallJobData {
   eventLog?: string;
   /** Chain steps: the steps after this one. They never run if this one fails for good, so their credit holds go back with its own. */
   laterSteps?: string[];
+  /** Vetted Callback-Url: settlement queues a signed delivery of the outcome (src/calls/webhooks.ts). */
+  callbackUrl?: string;
 }
 
 /** The body a successful call answers with (and the job's return value). */
@@ -100,6 +105,8 @@ export class ToolRunner {
       sealer: EdgeTokenSealer;
       /** Runs isolated tools and handlers' CPU tasks (src/sandbox/pool.ts). */
       sandbox: SandboxPool;
+      /** Backs ctx.store (src/tools/store.ts). */
+      redis?: Redis;
     },
   ) {}
 
@@ -108,6 +115,8 @@ export class ToolRunner {
     // Calls made with a key are settled with their answer (job_results); x402 calls are not stored.
     const stored = data.accountId !== null && data.payer === null;
     try {
+      // Cancelled before it started (DELETE /jobs/{id}): the tool never runs.
+      if (job.signal.aborted && job.signal.reason === JOB_CANCELLED) throw cancelledError();
       if (stored && job.redelivered) {
         // A run before this one may have settled: then that is the answer, and the tool does not run again.
         const prior = await this.deps.results.get(job.id);
@@ -116,7 +125,7 @@ export class ToolRunner {
       const tool = findTool(data.tool);
       if (!tool) throw new AppError('tool_not_found', `No tool named '${data.tool}'`);
       let raw = data.input;
-      if (data.qFromPrevious) raw = { ...raw, [tool.qField]: outputAsQ(await job.previousOutput()) };
+      if (data.qFromPrevious) raw = { ...raw, ...qInput(tool, outputAsQ(await job.previousOutput())) };
       const parsed = tool.input.safeParse(raw);
       if (!parsed.success) throw invalidInput(parsed.error, `Input for ${tool.name} is invalid`);
       edgeToken = data.edgeToken ? this.deps.sealer.open(data.edgeToken) : undefined;
@@ -152,6 +161,9 @@ export class ToolRunner {
           keyId: data.subKeyId,
           edgeToken,
           balance: () => this.balance(accountId, data.subKeyId),
+          ...(this.deps.redis && accountId
+            ? { store: accountStore(this.deps.redis, this.deps.config.REDIS_PREFIX, { accountId, sandbox: data.sandbox, tool: tool.name }) }
+            : {}),
           recordUsage,
           isolate: (task, payload) => sandbox.runTask(task, payload, { ...sandboxCall, label: `${tool.name}/${task}` }),
         } satisfies ToolContext);
@@ -181,6 +193,11 @@ export class ToolRunner {
       };
     } catch (e) {
       if (e instanceof JobFailure) throw e;
+      if (job.signal.aborted && job.signal.reason === JOB_CANCELLED) {
+        // Its cancelled outcome is already stored (the cancel wrote it first): nothing to record, nothing charged.
+        await this.releaseHold(data, job.id);
+        throw new JobFailure(cancelledError(), true);
+      }
       const err = this.normalise(e, edgeToken);
       const final = !err.retryable || job.attemptsMade + 1 >= job.maxAttempts;
       if (final && stored) {
@@ -206,6 +223,7 @@ export class ToolRunner {
       agentName: data.agentName,
       createdAt: job.createdAt ?? null,
       holdId: status === 'completed' && data.priceCents > 0 ? job.id : null,
+      ...(data.callbackUrl ? { callbackUrl: data.callbackUrl } : {}),
     };
   }
 
@@ -229,7 +247,14 @@ export class ToolRunner {
 
   /** Answers with a stored outcome: the completed body as first answered, or its failure (final). */
   private async answerWith(data: CallJobData, jobId: string, prior: StoredOutcome): Promise<CallResult> {
-    if (prior.status === 'failed') {
+    // A run that settled and then died before its webhook was queued: queued now (once; deliveries are keyed by job id).
+    if (data.callbackUrl && data.accountId) {
+      await this.deps.settler.onEnded?.([{ jobId, accountId: data.accountId, callbackUrl: data.callbackUrl }]).catch((err: Error) =>
+        this.deps.log.warn({ err: err.message, job: jobId }, 'queueing a webhook delivery failed'),
+      );
+    }
+    // Failed, or cancelled (DELETE /jobs/{id} won before this run settled): not charged, final.
+    if (prior.status !== 'completed') {
       await this.releaseHold(data, jobId);
       throw new JobFailure(AppError.fromJSON(prior.body as unknown as SerializedError), true);
     }

@@ -1,16 +1,18 @@
-import type { Family } from '../config.js';
+import type { Config, Family } from '../config.js';
 import { AppError } from '../errors.js';
-import type { AnyTool, Plan } from './types.js';
+import type { AnyTool, Need, Plan } from './types.js';
 import { coreTools } from './core/index.js';
 import { webTools } from './web/index.js';
 import { llmTools } from './llm/index.js';
 import { edgeTools } from './edge/index.js';
+import { textTools } from './text/index.js';
+import { mathTools } from './math/index.js';
 
 /**
  * The registry: the single source of truth for every tool. Routes, workers, the catalogue, MCP and
  * the manifest all read it.
  */
-const registry: AnyTool[] = [...coreTools, ...webTools, ...llmTools, ...edgeTools];
+const registry: AnyTool[] = [...coreTools, ...webTools, ...llmTools, ...edgeTools, ...textTools, ...mathTools];
 export const TOOLS: readonly AnyTool[] = registry;
 
 const byName = new Map(TOOLS.map((t) => [t.name, t]));
@@ -54,4 +56,59 @@ export function toolsByTier(): Record<Plan, AnyTool[]> {
 /** "0.05" for 5 cents: the dollar string the spec uses wherever it shows a `cost`. */
 export function dollars(cents: number): string {
   return (cents / 100).toFixed(2);
+}
+
+/** What each need is configured by: the setting an operator sets to offer the tools that need it. */
+const NEED_SETTINGS: Record<Need, { setting: string; configured(config: Config): boolean }> = {
+  llm: { setting: 'LLM_BASE_URL', configured: (c) => !!c.LLM_BASE_URL },
+  search: { setting: 'SEARCH_BASE_URL', configured: (c) => !!c.SEARCH_BASE_URL },
+  wayback: { setting: 'WAYBACK_CDX_URL', configured: (c) => !!c.WAYBACK_CDX_URL },
+  youtube: { setting: 'YOUTUBE_BASE_URL', configured: (c) => !!c.YOUTUBE_BASE_URL },
+};
+
+/** 503 tool_unavailable when a need of the tool is not configured here: checked at admission, so nothing is held or charged. */
+export function assertNeedsMet(tool: AnyTool, config: Config): void {
+  const unmet = (tool.needs ?? []).filter((n) => !NEED_SETTINGS[n].configured(config));
+  if (!unmet.length) return;
+  const settings = unmet.map((n) => NEED_SETTINGS[n].setting);
+  throw new AppError('tool_unavailable', `${tool.name} is not available on this service: it needs ${unmet.join(' and ')}, which is not configured (${settings.join(', ')}). Nothing was charged.`, {
+    tool: tool.name,
+    needs: unmet,
+  });
+}
+
+const BIG = 2n ** 53n;
+
+/**
+ * The input the root protocol's `q` gives a tool: `{[qField]: value}`, the value parsed as the
+ * tool's `qParse` says. A q that does not parse is 400 invalid_input naming q.
+ */
+export function qInput(tool: AnyTool, q: string): Record<string, unknown> {
+  const bad = (message: string) =>
+    new AppError('invalid_input', `q for ${tool.name} ${message}`, { issues: [{ path: ['q'], message }] });
+  switch (tool.qParse ?? 'text') {
+    case 'text':
+      return { [tool.qField]: q };
+    case 'lines':
+      return { [tool.qField]: q.split(/\r?\n/).map((l) => l.trim()).filter(Boolean) };
+    case 'numbers': {
+      const tokens = q.split(/[\s,;]+/).filter(Boolean);
+      const values = tokens.map((t) => {
+        if (/^[-+]?\d+$/.test(t)) {
+          const n = BigInt(t);
+          return n > BIG || n < -BIG ? n.toString() : Number(n);
+        }
+        const n = Number(t);
+        if (!Number.isFinite(n)) throw bad(`must be numbers separated by commas, spaces or new lines ("${t.slice(0, 40)}" is not one)`);
+        return n;
+      });
+      return { [tool.qField]: values };
+    }
+    case 'json':
+      try {
+        return { [tool.qField]: JSON.parse(q) };
+      } catch {
+        throw bad('must be JSON');
+      }
+  }
 }

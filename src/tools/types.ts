@@ -26,6 +26,30 @@ export interface ToolProgress {
   message?: string;
 }
 
+/** Upstreams a tool may need; unconfigured, the tool is 503 tool_unavailable at admission, uncharged. */
+export const NEEDS = ['llm', 'search', 'wayback', 'youtube'] as const;
+export type Need = (typeof NEEDS)[number];
+
+/**
+ * How the root protocol's `q` string becomes the tool's `qField`: as is (`text`), one item per
+ * non-empty line (`lines`), numbers separated by commas, spaces or new lines (`numbers`; integers
+ * beyond 2^53 stay digit strings so BigInt tools lose nothing), or parsed JSON (`json`).
+ */
+export const Q_PARSES = ['text', 'lines', 'numbers', 'json'] as const;
+export type QParse = (typeof Q_PARSES)[number];
+
+/**
+ * Account-scoped state that outlives a call (cvi_loop's rounds): JSON values in Redis under the
+ * account (sandbox keys in a namespace of their own) and the tool's name, each with a TTL. Another
+ * account never sees them. Only on the event loop's context (isolated tools do not get it).
+ */
+export interface ToolStore {
+  get<T = unknown>(key: string): Promise<T | null>;
+  /** `ttlSeconds` from 1 to 30 days; values up to STORE_MAX_BYTES of JSON. */
+  set(key: string, value: unknown, ttlSeconds: number): Promise<void>;
+  delete(key: string): Promise<void>;
+}
+
 export interface BalanceView {
   credits: number;
   plan: Plan;
@@ -48,6 +72,8 @@ export interface ToolContext {
   edgeToken?: string;
   /** Reads the caller's balance (check_balance). */
   balance(): Promise<BalanceView>;
+  /** Account-scoped state with a TTL (see ToolStore); absent in sandbox threads and direct handler calls. */
+  store?: ToolStore;
   /** Records upstream usage (e.g. model tokens) with the call's ledger entry. */
   recordUsage(usage: Record<string, number>): void;
   /**
@@ -70,12 +96,23 @@ export interface ToolDefinition<S extends z.ZodTypeAny = z.ZodTypeAny, R = unkno
   examples: Array<z.input<S>>;
   /** The input field that the root protocol's `q` fills (chain, parallel, direct, stream). */
   qField: string;
+  /** How `q` becomes that field's value (default `text`); see QParse. */
+  qParse?: QParse;
+  /** Upstreams the tool cannot work without (see NEEDS). */
+  needs?: readonly Need[];
+  /** Reports progress while it works (slow tools): shown by GET /tools/{name}. */
+  progress?: boolean;
   /** Changes things outside the service (cf_* writes): MCP destructiveHint, dry run for sandbox keys. */
   sideEffects?: boolean;
   /** Needs the caller's edge-network token (X-Edge-Token). */
   needsEdgeToken?: boolean;
   /** Documented output shape, one line, for GET /tools/{name}. */
   output: string;
+  /**
+   * The result's schema: GET /tools/{name} and the OpenAPI document show it as JSON Schema, and the
+   * registry test checks every example's result against it. Every catalogue tool declares one.
+   */
+  outputSchema?: z.ZodTypeAny;
   /**
    * The handler is CPU work on caller input: it runs in the sandbox pool, never on the worker's event
    * loop. Set it to `import.meta.url` of the module that exports this definition; a pool thread imports
@@ -86,6 +123,11 @@ export interface ToolDefinition<S extends z.ZodTypeAny = z.ZodTypeAny, R = unkno
   isolated?: string;
   /** Per-call limits of this tool's pool work (defaults: TOOL_TIME_MS, TOOL_MEMORY_MB). */
   limits?: ToolLimits;
+  /**
+   * The largest input its caps allow (the worst case a caller can send): `npm run bench` times it
+   * against `limits.timeMs`, and a test checks it finishes inside its limits.
+   */
+  largestInput?: () => z.input<S>;
   handler(input: z.output<S>, ctx: ToolContext): Promise<R>;
 }
 

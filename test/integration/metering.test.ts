@@ -80,7 +80,8 @@ describe('a worker killed with SIGKILL mid-load', () => {
       beforeToken: () => new Promise((r) => setTimeout(r, 30)),
     });
     // The API process runs no workers; they run in child processes like in production.
-    h = await startHarness({ SYNC_TIMEOUT_MS: '60000' }, { workers: [] });
+    // The API admits genius only where LLM_BASE_URL is configured (its need); the workers use it.
+    h = await startHarness({ SYNC_TIMEOUT_MS: '60000', LLM_BASE_URL: fake.baseURL }, { workers: [] });
   });
   afterAll(async () => {
     for (const c of children) c.kill('SIGKILL');

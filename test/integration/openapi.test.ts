@@ -41,12 +41,14 @@ describe('GET /openapi.json', () => {
     await expectValid(doc);
   });
 
-  it('also validates with x402 enabled, and then offers the X-Payment scheme', async () => {
-    const config = loadConfig({}, testEnv({ X402_ENABLED: 'true', X402_PAY_TO: `0x${'1'.repeat(40)}` }));
+  it('also validates with x402 enabled, and then offers the x402 schemes (v2 PAYMENT-SIGNATURE, v1 X-Payment) except on side-effect tools', async () => {
+    const config = loadConfig({}, testEnv({ X402_ENABLED: 'true', X402_PAY_TO: `0x${'1'.repeat(40)}`, X402_SETTLEMENT: 'deferred' }));
     const doc = openApiDocument('https://api.example.com', config) as Record<string, any>;
     await expectValid(doc);
-    expect(doc.components.securitySchemes.x402Payment).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-Payment' });
-    expect(doc.paths['/tools/compute'].post.security).toEqual([{ bearerAuth: [] }, { x402Payment: [] }]);
+    expect(doc.components.securitySchemes.x402Payment).toMatchObject({ type: 'apiKey', in: 'header', name: 'PAYMENT-SIGNATURE' });
+    expect(doc.components.securitySchemes.x402PaymentV1).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-Payment' });
+    expect(doc.paths['/tools/compute'].post.security).toEqual([{ bearerAuth: [] }, { x402Payment: [] }, { x402PaymentV1: [] }]);
+    expect(doc.paths['/tools/cf_purge_all'].post.security).toEqual([{ bearerAuth: [] }]);
   });
 
   it('names how many tools exist and has one path per tool with its input schema and examples', async () => {

@@ -4,7 +4,7 @@ import type { Hex } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { settleResponseFromHeader } from 'x402/types';
 import { sql } from '../../src/db/pool.js';
-import type { PaymentRequirements } from '../../src/services/x402/requirements.js';
+import type { PaymentRequirements } from '../../src/pay/x402/requirements.js';
 import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { PAY_TO, signPayment, toHeader } from '../helpers/x402-sign.js';
 
@@ -16,7 +16,7 @@ import { PAY_TO, signPayment, toHeader } from '../helpers/x402-sign.js';
 let h: Harness;
 
 beforeAll(async () => {
-  h = await startHarness({ X402_ENABLED: 'true', X402_PAY_TO: PAY_TO }, { workers: ['core'] });
+  h = await startHarness({ X402_ENABLED: 'true', X402_PAY_TO: PAY_TO, X402_SETTLEMENT: 'deferred' }, { workers: ['core'] });
 });
 
 afterAll(async () => {

@@ -12,7 +12,7 @@ import { createSigner, PaymentRequirementsSchema, SettleRequestSchema, settleRes
 import { createPaymentHeader, selectPaymentRequirements } from 'x402/client';
 import { migrate } from '../../src/db/migrate.js';
 import { ensureDatabase, sql } from '../../src/db/pool.js';
-import type { PaymentRequirements } from '../../src/services/x402/requirements.js';
+import type { PaymentRequirements } from '../../src/pay/x402/requirements.js';
 import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { OTHER, OTHER_KEY, PAY_TO, signPayment, toHeader } from '../helpers/x402-sign.js';
 import { fakeTxHash, startFakeFacilitator, type FakeFacilitator } from '../helpers/fake-facilitator.js';
@@ -29,7 +29,7 @@ const dbUrl = (() => {
   u.pathname = `/tollgate_x402_${randomBytes(4).toString('hex')}`;
   return u.toString();
 })();
-const x402Env = { DATABASE_URL: dbUrl, X402_ENABLED: 'true', X402_PAY_TO: PAY_TO };
+const x402Env = { DATABASE_URL: dbUrl, X402_ENABLED: 'true', X402_PAY_TO: PAY_TO, X402_SETTLEMENT: 'deferred' };
 const USDC_BASE_SEPOLIA = '0x036CbD53842c5426634e7929541eC2318f3dCF7e';
 const PUBLIC_BASE = 'https://api.tollgate.test';
 
@@ -42,7 +42,8 @@ beforeAll(async () => {
   await migrate(dbUrl);
   fake = await startFakeFacilitator();
   h = await startHarness(x402Env, { workers: ['core'] });
-  hf = await startHarness({ ...x402Env, X402_FACILITATOR_URL: fake.url, PUBLIC_BASE_URL: PUBLIC_BASE }, { workers: ['core'] });
+  const { X402_SETTLEMENT: _deferred, ...base } = x402Env;
+  hf = await startHarness({ ...base, X402_FACILITATOR_URL: fake.url, PUBLIC_BASE_URL: PUBLIC_BASE }, { workers: ['core'] });
 });
 
 afterAll(async () => {
@@ -122,7 +123,8 @@ describe('a paid call without a key', () => {
       resource: 'http://localhost/tools/compute',
       mimeType: 'application/json',
       payTo: PAY_TO,
-      maxTimeoutSeconds: 60,
+      // Deferred settlement asks for authorizations valid long enough for an operator to collect them.
+      maxTimeoutSeconds: 3600,
       asset: USDC_BASE_SEPOLIA,
       extra: { name: 'USDC', version: '2' },
     });
@@ -303,7 +305,22 @@ describe('with a facilitator', () => {
     expect(await paymentsOf(payer.address)).toMatchObject([{ status: 'settled', tx_hash: tx }]);
     const calls = fake.requests.filter((r) => r.body.paymentPayload.payload.authorization.nonce === payment.payload.authorization.nonce);
     expect(calls.map((c) => c.path)).toEqual(['/verify', '/settle']);
-    expect((calls[1]!.body as unknown as { paymentRequirements: unknown }).paymentRequirements).toEqual(req);
+    // The fake lists v2 on /supported, so a v1 client's payment reaches it in v2's shape: the same offer
+    // (CAIP-2 network, `amount`) and the same signed authorization.
+    const v2Requirements = {
+      scheme: 'exact',
+      network: 'eip155:84532',
+      asset: req.asset,
+      amount: req.maxAmountRequired,
+      payTo: req.payTo,
+      maxTimeoutSeconds: req.maxTimeoutSeconds,
+      extra: req.extra,
+    };
+    expect(calls[1]!.body).toMatchObject({
+      x402Version: 2,
+      paymentRequirements: v2Requirements,
+      paymentPayload: { x402Version: 2, accepted: v2Requirements, payload: payment.payload, resource: { url: req.resource } },
+    });
     expect(await ledgerOf(payer.address)).toMatchObject([{ kind: 'payment', delta_cents: -2 }]);
   });
 
@@ -376,7 +393,7 @@ describe('operator commands (npm run admin -- payments ...)', () => {
     try {
       const { stdout } = await run(process.execPath, ['--import', 'tsx', 'src/cli/admin.ts', ...args], {
         cwd: root,
-        env: { ...process.env, DATABASE_URL: dbUrl, REDIS_URL: h.config.REDIS_URL, REDIS_PREFIX: h.config.REDIS_PREFIX, LOG_LEVEL: 'warn', ...env },
+        env: { ...process.env, DATABASE_URL: dbUrl, REDIS_URL: h.config.REDIS_URL, REDIS_PREFIX: h.config.REDIS_PREFIX, LOG_LEVEL: 'warn', X402_PAY_TO: PAY_TO, ...env },
       });
       return { code: 0, stdout, stderr: '' };
     } catch (e) {

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { create, all, type MathJsInstance, type MathNode } from 'mathjs';
 import { AppError } from '../../errors.js';
 import { defineTool } from '../types.js';
+import { sealMathjs } from '../mathjs-seal.js';
 
 /**
  * compute is a pure function of its expression: it runs in the sandbox pool (`isolated`), each call
@@ -123,18 +124,7 @@ function instance(maxElements: number): MathJsInstance {
     guarded[name] = Object.assign(guard(original), transform ? { transform: guard(transform) } : {});
   }
   // Belt and braces behind the parse-time check: these fail even if something reaches them.
-  for (const name of ['import', 'createUnit', 'evaluate', 'parse', 'simplify', 'derivative', 'resolve', 'reviver', 'compile', 'config']) {
-    guarded[name] = () => {
-      throw inputError(`${name} is not available in compute`);
-    };
-  }
-  const parse = math.parse.bind(math);
-  const typeOf = math.typeOf.bind(math);
-  const format = math.format.bind(math);
-  const config = math.config.bind(math);
-  math.import(guarded, { override: true });
-  // The handler itself still needs these; expressions cannot reach the bound originals.
-  const handle = Object.assign(Object.create(math) as MathJsInstance, { parse, typeOf, format, config });
+  const handle = sealMathjs(math, guarded, (name) => inputError(`${name} is not available in compute`));
   shared = { math: handle, maxElements };
   return handle;
 }

@@ -328,6 +328,9 @@ export function defineLlmTool<S extends z.ZodType<LlmCommonInput, z.ZodTypeDef, 
     input: spec.input,
     examples: spec.examples,
     qField: spec.qField,
+    // Without LLM_BASE_URL: 503 tool_unavailable at admission, nothing held or charged.
+    needs: ['llm'],
+    progress: true,
     output: LLM_OUTPUT,
     handler: async (input, ctx) => {
       const { system, user } = spec.prompt(input);

@@ -4,6 +4,7 @@ import { loadConfig } from '../../../src/config.js';
 import { AppError } from '../../../src/errors.js';
 import { SandboxFault, SandboxPool } from '../../../src/sandbox/pool.js';
 import { echo, hog, spin } from './test-tools.js';
+import { waitUntil as waitFor } from '../../helpers/wait.js';
 
 const ctx = { sandbox: false, accountId: 'acct-a', keyId: null };
 const config = loadConfig({}, { LOG_LEVEL: 'info', SANDBOX_THREADS: '4', FAIR_SHARE: '0.25', TOOL_MAX_RESULT_BYTES: '10000' });
@@ -18,14 +19,6 @@ afterAll(async () => {
 });
 
 const call = (owner: string, extra: Partial<Parameters<SandboxPool['runTool']>[3]> = {}) => ({ owner, label: 'test', ...extra });
-
-async function waitFor(cond: () => boolean, ms = 10_000): Promise<void> {
-  const until = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > until) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 async function failure(p: Promise<unknown>): Promise<Error> {
   return p.then(
@@ -109,7 +102,9 @@ describe('sandbox pool', () => {
   it('lets one owner alone use all threads but one share, and gives a newcomer that share at once', async () => {
     // 4 threads, FAIR_SHARE 0.25: a share is one thread.
     const order: string[] = [];
-    const run = (owner: string, tag: string) => pool.runTool(echo, { ms: 1000 }, ctx, call(owner)).then(() => order.push(tag));
+    // Each call holds its thread 2.5 s: long enough that none ends between the checks below even when
+    // starting threads is slow on a loaded machine (1 s was not, under a busy CI).
+    const run = (owner: string, tag: string) => pool.runTool(echo, { ms: 2500 }, ctx, call(owner)).then(() => order.push(tag));
     const greedy = ['g1', 'g2', 'g3', 'g4', 'g5'].map((t) => run('greedy', t));
     await waitFor(() => pool.stats().busy === 3);
     // Alone in the queue, the owner takes 3 of 4 threads: the fourth stays free for someone else.

@@ -7,11 +7,11 @@ import { createPaymentHeader } from 'x402/client';
 import { AppError } from '../../../src/errors.js';
 import { migrate } from '../../../src/db/migrate.js';
 import { ensureDatabase, openPool, sql, type DatabasePool } from '../../../src/db/pool.js';
-import { encodePaymentHeader } from '../../../src/services/x402/payload.js';
-import { paymentErrorBody, paymentRequirements } from '../../../src/services/x402/requirements.js';
-import { FacilitatorSettler, LocalSettler, type PaymentSettler } from '../../../src/services/x402/settler.js';
-import { exportAwaitingSettlement, listAwaitingSettlement, markFailed, reserveNonce } from '../../../src/services/x402/store.js';
-import { verifyPayment } from '../../../src/services/x402/verify.js';
+import { encodePaymentHeader } from '../../../src/pay/x402/payload.js';
+import { paymentErrorBody, paymentRequirements } from '../../../src/pay/x402/requirements.js';
+import { FacilitatorSettler, DeferredSettler, type PaymentSettler } from '../../../src/pay/x402/settler.js';
+import { exportAwaitingSettlement, listAwaitingSettlement, markFailed, reserveNonce } from '../../../src/pay/x402/store.js';
+import { verifyPayment } from '../../../src/pay/x402/verify.js';
 import {
   abandonPayment,
   admitPayment,
@@ -19,7 +19,7 @@ import {
   settleAwaitingPayments,
   type PaidCall,
   type X402Deps,
-} from '../../../src/services/x402/flow.js';
+} from '../../../src/pay/x402/flow.js';
 import { fakeTxHash, startFakeFacilitator, type FakeFacilitator } from '../../helpers/fake-facilitator.js';
 import { PAYER, signPayment, x402Config } from '../../helpers/x402-sign.js';
 
@@ -61,7 +61,7 @@ async function rows() {
   return pool.any(sql.type(Row)`SELECT id, status, payer, tx_hash, error, value_atomic::text AS value_atomic FROM x402_payments ORDER BY created_at`);
 }
 
-const deps = (settler: PaymentSettler = new LocalSettler()): X402Deps => ({ config, db: pool, settler });
+const deps = (settler: PaymentSettler = new DeferredSettler()): X402Deps => ({ config, db: pool, settler });
 
 async function refusal(p: Promise<unknown>): Promise<AppError> {
   try {
@@ -220,7 +220,7 @@ describe('with a facilitator', () => {
   it('refuses a payment the facilitator rejects at verification', async () => {
     fake.script('/verify', { status: 400, body: { isValid: false, invalidReason: 'insufficient_funds', payer: PAYER.address } });
     const err = await refusal(admitPayment(facilitated(), encodePaymentHeader(await signPayment(requirements)), call));
-    expect(err.details).toMatchObject({ reason: 'payment_rejected', facilitator_reason: 'insufficient_funds' });
+    expect(err.details).toMatchObject({ reason: 'insufficient_funds', facilitator_reason: 'insufficient_funds' });
     expect(await rows()).toMatchObject([{ status: 'failed', error: 'verify: insufficient_funds' }]);
   });
 

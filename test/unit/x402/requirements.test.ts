@@ -1,3 +1,4 @@
+import { decodePaymentRequiredHeader } from '@x402/core/http';
 import { describe, expect, it } from 'vitest';
 import { PaymentRequirementsSchema as X402RequirementsSchema } from 'x402/types';
 import { selectPaymentRequirements } from 'x402/client';
@@ -10,8 +11,8 @@ import {
   paymentRequiredResponse,
   paymentRequirements,
   withRequirements,
-} from '../../../src/services/x402/requirements.js';
-import { paymentInvalid } from '../../../src/services/x402/payload.js';
+} from '../../../src/pay/x402/requirements.js';
+import { paymentInvalid } from '../../../src/pay/x402/payload.js';
 import { PAY_TO, x402Config } from '../../helpers/x402-sign.js';
 
 const spec = { priceCents: 5, resource: 'https://api.example.com/tools/page_fetch', description: 'page_fetch: fetch a web page' };
@@ -21,6 +22,7 @@ describe('networkProfile', () => {
     expect(networkProfile(x402Config())).toEqual({
       network: 'base-sepolia',
       chainId: 84532,
+      caip2: 'eip155:84532',
       asset: '0x036CbD53842c5426634e7929541eC2318f3dCF7e',
       name: 'USDC',
       version: '2',
@@ -56,7 +58,7 @@ describe('networkProfile', () => {
 
 describe('paymentRequirements', () => {
   it('builds x402 v1 PaymentRequirements in atomic units', () => {
-    const req = paymentRequirements(x402Config({ X402_MAX_TIMEOUT_SECONDS: '120' }), spec);
+    const req = paymentRequirements(x402Config({ X402_FACILITATOR_URL: 'http://127.0.0.1:9', X402_MAX_TIMEOUT_SECONDS: '120' }), spec);
     expect(req).toEqual({
       scheme: 'exact',
       network: 'base-sepolia',
@@ -105,7 +107,27 @@ describe('the 402', () => {
       'X-Payment-Currency': 'USDC',
       'X-Payment-Network': 'base-sepolia',
       'Cache-Control': 'no-store',
-      'Access-Control-Expose-Headers': 'X-Payment-Required, X-Payment-Amount, X-Payment-Currency, X-Payment-Network, X-Payment-Response',
+      'Access-Control-Expose-Headers':
+        'PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-Payment-Required, X-Payment-Amount, X-Payment-Currency, X-Payment-Network, X-Payment-Response',
+      'PAYMENT-REQUIRED': expect.any(String),
+    });
+    // x402 v2: the same offer as base64 JSON in PAYMENT-REQUIRED, decoded by the v2 client's own function.
+    expect(decodePaymentRequiredHeader(res.headers['PAYMENT-REQUIRED']!)).toEqual({
+      x402Version: 2,
+      error: expect.stringContaining('0.05 USDC'),
+      resource: { url: 'https://api.example.com/tools/page_fetch', description: 'page_fetch: fetch a web page', mimeType: 'application/json' },
+      accepts: [
+        {
+          scheme: 'exact',
+          network: 'eip155:84532',
+          asset: '0x036CbD53842c5426634e7929541eC2318f3dCF7e',
+          amount: '50000',
+          payTo: PAY_TO,
+          // Deferred settlement asks for authorizations that stay valid long enough to collect.
+          maxTimeoutSeconds: 3600,
+          extra: { name: 'USDC', version: '2' },
+        },
+      ],
     });
     expect(res.body).toEqual({
       x402Version: 1,

@@ -2,15 +2,15 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { settleResponseFromHeader } from 'x402/types';
-import { paymentRequirements } from '../../../src/services/x402/requirements.js';
+import { paymentRequirements } from '../../../src/pay/x402/requirements.js';
 import {
   FACILITATOR_BAD_RESPONSE,
   FACILITATOR_UNREACHABLE,
   FacilitatorSettler,
-  LocalSettler,
+  DeferredSettler,
   createSettler,
   encodePaymentResponse,
-} from '../../../src/services/x402/settler.js';
+} from '../../../src/pay/x402/settler.js';
 import { fakeTxHash, startFakeFacilitator, type FakeFacilitator } from '../../helpers/fake-facilitator.js';
 import { PAYER, signPayment, x402Config } from '../../helpers/x402-sign.js';
 
@@ -126,17 +126,19 @@ describe('FacilitatorSettler', () => {
   });
 });
 
-describe('LocalSettler and createSettler', () => {
+describe('DeferredSettler and createSettler', () => {
   it('vouches for a locally verified payment without a transaction', async () => {
     const payment = await signPayment(requirements);
-    const local = new LocalSettler();
+    const local = new DeferredSettler();
     await expect(local.verify(payment)).resolves.toEqual({ isValid: true, payer: PAYER.address });
     await expect(local.settle(payment)).resolves.toEqual({ success: true, transaction: '', network: 'base-sepolia', payer: PAYER.address });
   });
 
-  it('picks the facilitator when one is configured', () => {
-    expect(createSettler(config).mode).toBe('local');
-    expect(createSettler(x402Config({ X402_FACILITATOR_URL: 'http://127.0.0.1:9/' })).mode).toBe('facilitator');
+  it('is the configured mode', async () => {
+    expect((await createSettler(config)).mode).toBe('deferred');
+    expect((await createSettler(x402Config({ X402_FACILITATOR_URL: 'http://127.0.0.1:9/' }))).mode).toBe('facilitator');
+    const self = x402Config({ X402_RPC_URL: 'http://127.0.0.1:9/', X402_SETTLER_PRIVATE_KEY: `0x${'11'.repeat(32)}` });
+    expect((await createSettler(self)).mode).toBe('self');
   });
 });
 

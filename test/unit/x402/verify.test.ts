@@ -6,9 +6,9 @@ import {
   decodePaymentHeader,
   encodePaymentHeader,
   type PaymentPayload,
-} from '../../../src/services/x402/payload.js';
-import { paymentRequirements, type PaymentRequirements } from '../../../src/services/x402/requirements.js';
-import { verifyPayment } from '../../../src/services/x402/verify.js';
+} from '../../../src/pay/x402/payload.js';
+import { paymentRequirements, type PaymentRequirements } from '../../../src/pay/x402/requirements.js';
+import { verifyPayment } from '../../../src/pay/x402/verify.js';
 import { OTHER, OTHER_KEY, PAYER, signPayment, tamper, toHeader, x402Config } from '../../helpers/x402-sign.js';
 
 const config = x402Config();
@@ -117,7 +117,8 @@ describe('decodePaymentHeader', () => {
     ['a value with a leading zero', async () => toHeader(tamper(await valid(), { value: '050000' })), 'malformed_payment'],
     ['a bad address', async () => toHeader(tamper(await valid(), { from: '0x123' })), 'malformed_payment'],
     ['a value beyond uint256', async () => toHeader(tamper(await valid(), { value: '9'.repeat(78) })), 'malformed_payment'],
-    ['x402 version 2', async () => toHeader({ ...(await valid()), x402Version: 2 }), 'unsupported_version'],
+    ['x402 version 3', async () => toHeader({ ...(await valid()), x402Version: 3 }), 'unsupported_version'],
+    ['x402 version 2 in X-Payment', async () => toHeader({ x402Version: 2, accepted: { scheme: 'exact' } }), 'malformed_payment'],
     ['no version', async () => toHeader(without(await valid(), ['x402Version'])), 'unsupported_version'],
     ['another scheme', async () => toHeader({ ...(await valid()), scheme: 'upto' }), 'invalid_scheme'],
   ];

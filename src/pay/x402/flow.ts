@@ -1,0 +1,205 @@
+import type { CommonQueryMethods } from 'slonik';
+import type { Config } from '../../config.js';
+import { AppError } from '../../errors.js';
+import { decodePayment, paymentInvalid, type PaymentHeaders, type PaymentPayload, type PaymentPayloadV2 } from './payload.js';
+import {
+  ATOMIC_UNITS_PER_CENT,
+  networkProfile,
+  paymentError,
+  paymentRequirements,
+  withRequirements,
+  type PaymentRequirements,
+  type PriceSpec,
+} from './requirements.js';
+import {
+  FACILITATOR_BAD_RESPONSE,
+  FACILITATOR_UNREACHABLE,
+  INSUFFICIENT_FUNDS,
+  NONCE_USED_ON_CHAIN,
+  paymentResponseHeaders,
+  type PaymentSettler,
+  type SettleResult,
+} from './settler.js';
+import { listAwaitingSettlement, markAwaitingSettlement, markFailed, markSettled, reserveNonce } from './store.js';
+import { verifyPayment } from './verify.js';
+
+/**
+ * A paid call's payment, in three steps the route takes around running the tool:
+ *   admitPayment    decode (v1 or v2), verify offline, reserve the nonce, check funds (facilitator
+ *                   /verify or the chain; deferred: the per-payer cap instead)
+ *   completePayment after the tool succeeded: settle, then return the payment response headers
+ *   abandonPayment  after the tool failed: record it, charge nothing
+ * Every refusal is an AppError; payment refusals carry fresh requirements and the payment headers.
+ */
+
+export interface X402Deps {
+  config: Config;
+  db: CommonQueryMethods;
+  settler: PaymentSettler;
+  log?: { error(obj: object, msg: string): void };
+}
+
+export interface PaidCall extends PriceSpec {
+  /** Tool name for the payment record (a root chain/parallel call can pass e.g. "chain:a,b"). */
+  tool: string;
+}
+
+export interface AdmittedPayment {
+  id: string;
+  /** Lower-case payer address: the ledger entry's `payer`. */
+  payer: string;
+  call: PaidCall;
+  /** v1 form on our network name: what is recorded and settled. */
+  payment: PaymentPayload;
+  /** As a v2 client sent it (v2 facilitators take it as is). */
+  v2?: PaymentPayloadV2;
+  requirements: PaymentRequirements;
+}
+
+/** Answers we could not get, as opposed to refusals of the payment. */
+function isOurFault(reason: string | undefined): boolean {
+  return reason === FACILITATOR_UNREACHABLE || reason === FACILITATOR_BAD_RESPONSE || reason === 'rpc_unreachable';
+}
+
+function checker(deps: X402Deps): string {
+  return deps.settler.mode === 'self' ? 'The chain (X402_RPC_URL)' : 'The payment facilitator';
+}
+
+export async function admitPayment(
+  deps: X402Deps,
+  headers: PaymentHeaders | string | string[] | undefined,
+  call: PaidCall,
+  now: Date = new Date(),
+): Promise<AdmittedPayment> {
+  const requirements = paymentRequirements(deps.config, call);
+  try {
+    const decoded = decodePayment(typeof headers === 'object' && !Array.isArray(headers) ? headers : { xPayment: headers });
+    const verified = await verifyPayment(deps.config, decoded, requirements, now);
+    const payment = verified.canonical;
+    // Reserve before checking funds: a replayed token is then always "already used", and two
+    // concurrent copies never both reach the facilitator or the chain. Deferred payments are capped
+    // per payer in the same statement, since nothing checks their funds.
+    const deferredCapAtomic =
+      deps.settler.mode === 'deferred' ? BigInt(deps.config.X402_DEFERRED_MAX_CENTS) * ATOMIC_UNITS_PER_CENT : undefined;
+    const id = await reserveNonce(deps.db, { payment, requirements, verified, tool: call.tool, version: decoded.version, deferredCapAtomic });
+    const check = await deps.settler.verify(payment, requirements, decoded.v2);
+    if (!check.isValid) {
+      await markFailed(deps.db, id, `verify: ${check.invalidReason ?? 'refused'}`);
+      if (isOurFault(check.invalidReason)) {
+        throw new AppError(
+          'upstream_error',
+          `${checker(deps)} could not be reached to verify this payment. Nothing was charged; sign a new payment and retry.`,
+          { reason: check.invalidReason },
+          { retryable: false },
+        );
+      }
+      if (check.invalidReason === NONCE_USED_ON_CHAIN) {
+        throw new AppError('payment_already_used', `This payment authorization (nonce ${verified.nonce}) has already been used on chain. Sign a new payment with a fresh nonce.`, {
+          reason: 'nonce_already_used',
+        });
+      }
+      if (check.invalidReason === INSUFFICIENT_FUNDS) {
+        throw paymentInvalid('insufficient_funds', `${verified.payer} does not hold the ${requirements.maxAmountRequired} atomic units this payment authorizes. Nothing ran and nothing was charged.`, {
+          facilitator_reason: check.invalidReason,
+        });
+      }
+      throw paymentInvalid('payment_rejected', `${checker(deps)} refused this payment (${check.invalidReason ?? 'no reason given'}).`, {
+        facilitator_reason: check.invalidReason ?? null,
+      });
+    }
+    return { id, payer: verified.payer, call, payment, v2: decoded.v2, requirements };
+  } catch (e) {
+    if (e instanceof AppError) throw withRequirements(deps.config, call, e);
+    throw e;
+  }
+}
+
+/**
+ * Settles an admitted payment once the tool has produced its result. On failure the result must not
+ * be returned: the error says so and nothing is charged.
+ */
+export async function completePayment(
+  deps: X402Deps,
+  admitted: AdmittedPayment,
+): Promise<{ settlement: SettleResult; headers: Record<string, string> }> {
+  const result = await deps.settler.settle(admitted.payment, admitted.requirements, admitted.v2);
+  const caip2 = networkProfile(deps.config).caip2;
+  if (!result.success) {
+    const tx = result.transaction ? ` (transaction ${result.transaction})` : '';
+    await markFailed(deps.db, admitted.id, `settle: ${result.errorReason ?? 'failed'}${tx}`, result.transaction || undefined);
+    // x402 puts the failed SettlementResponse in the payment response headers as well.
+    const responseHeaders = paymentResponseHeaders(result, caip2);
+    if (isOurFault(result.errorReason)) {
+      throw new AppError(
+        'upstream_error',
+        `${checker(deps)} could not be reached to settle this payment, so the result is withheld and nothing was charged. Sign a new payment and retry.`,
+        { reason: result.errorReason },
+        { retryable: false, headers: responseHeaders },
+      );
+    }
+    throw paymentError(
+      deps.config,
+      admitted.call,
+      'payment_invalid',
+      `Settling the payment failed (${result.errorReason ?? 'no reason given'}), so the result is withheld and nothing was charged.`,
+      { reason: 'settlement_failed', settlement_error: result.errorReason ?? null, ...(result.transaction ? { transaction: result.transaction } : {}) },
+      responseHeaders,
+    );
+  }
+  try {
+    if (deps.settler.mode === 'deferred') await markAwaitingSettlement(deps.db, admitted.id);
+    else await markSettled(deps.db, admitted.id, result.transaction);
+  } catch (e) {
+    // The money has moved (or is promised): the caller gets the result even if recording it failed.
+    // The row stays 'reserved', which an operator can reconcile.
+    deps.log?.error({ err: e, paymentId: admitted.id }, 'x402: recording a settled payment failed');
+  }
+  return { settlement: result, headers: paymentResponseHeaders(result, caip2) };
+}
+
+/** The tool failed: no settlement, no charge. The nonce stays spent (see store.ts). */
+export async function abandonPayment(deps: X402Deps, admitted: AdmittedPayment, error: string): Promise<void> {
+  await markFailed(deps.db, admitted.id, `call: ${error}`);
+}
+
+export interface SettleAwaitingSummary {
+  settled: number;
+  failed: number;
+  expired: number;
+  /** Left awaiting because the facilitator did not answer; try again later. */
+  retry: number;
+}
+
+/**
+ * Operator command: submits locally verified payments to a facilitator. Authorizations past their
+ * validBefore can no longer move money and are marked failed.
+ */
+export async function settleAwaitingPayments(
+  db: CommonQueryMethods,
+  settler: PaymentSettler,
+  now: Date = new Date(),
+): Promise<SettleAwaitingSummary> {
+  if (settler.mode === 'deferred') {
+    throw new Error('settling deferred payments needs a facilitator (X402_FACILITATOR_URL) or self-settlement (X402_RPC_URL + X402_SETTLER_PRIVATE_KEY)');
+  }
+  const summary: SettleAwaitingSummary = { settled: 0, failed: 0, expired: 0, retry: 0 };
+  const nowSeconds = BigInt(Math.floor(now.getTime() / 1000));
+  for (const p of await listAwaitingSettlement(db)) {
+    if (BigInt(p.valid_before) <= nowSeconds) {
+      await markFailed(db, p.id, 'settle: authorization expired before settlement');
+      summary.expired++;
+      continue;
+    }
+    const result = await settler.settle(p.payment_payload, p.payment_requirements);
+    if (result.success) {
+      await markSettled(db, p.id, result.transaction);
+      summary.settled++;
+    } else if (isOurFault(result.errorReason)) {
+      summary.retry++;
+    } else {
+      await markFailed(db, p.id, `settle: ${result.errorReason ?? 'failed'}`);
+      summary.failed++;
+    }
+  }
+  return summary;
+}

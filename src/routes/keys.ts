@@ -1,0 +1,52 @@
+import type { FastifyInstance } from 'fastify';
+import { z } from 'zod';
+import { AppError } from '../errors.js';
+import { ROTATABLE_TYPES, requireKeyManager } from '../access/keys.js';
+import { KeyAuthenticator, LastUsedRecorder } from '../services/auth.js';
+import { parseOrThrow } from '../services/validation.js';
+
+const KeyIdParams = z.object({ key_id: z.string().uuid('key_id must be a key id (uuid)') });
+
+export async function keyRoutes(app: FastifyInstance): Promise<void> {
+  const { accounts, redis, config } = app.container;
+  const auth = app.container.api!.auth;
+  // last_used_at for GET /keys: one guarded write a minute per key, wired with the routes that show it.
+  auth.configure({ lastUsed: new LastUsedRecorder(redis, config.REDIS_PREFIX, accounts, app.log) });
+
+  app.get('/keys', async (req, reply) => {
+    const caller = await app.authenticate(req, reply);
+    requireKeyManager(caller);
+    return { keys: await accounts.listKeys(caller.accountId) };
+  });
+
+  app.post<{ Params: { key_id: string } }>('/keys/:key_id/rotate', async (req, reply) => {
+    const caller = await app.authenticate(req, reply);
+    requireKeyManager(caller);
+    const { key_id: keyId } = parseOrThrow(KeyIdParams, req.params, 'Key id is invalid');
+    const grace = config.KEY_ROTATION_GRACE_SECONDS;
+    const r = await accounts.rotateKey(keyId, caller.accountId, grace, ROTATABLE_TYPES);
+    if (!r.ok) {
+      switch (r.state) {
+        case 'missing':
+          throw new AppError('not_found', `No key ${keyId} on this account`);
+        case 'not_rotatable':
+          throw new AppError('forbidden', `${r.type} keys are not rotated here: create a new sub-key with POST /subkeys/create and delete the old one`, { key_type: r.type });
+        default:
+          throw new AppError('key_not_active', `Key ${keyId} cannot be rotated: it ${r.state === 'rotated' ? 'was already rotated; rotate its replacement' : `is ${r.state}`}`, { state: r.state });
+      }
+    }
+    // The old key's record in every replica's cache lacks its new expires_at: this replica forgets
+    // it now, the others on the broadcast. Authentication also checks expires_at on every request.
+    auth.clear();
+    await KeyAuthenticator.broadcast(redis, config.REDIS_PREFIX);
+    return reply.status(201).send({
+      key_id: r.created.key_id,
+      api_key: r.created.api_key,
+      type: r.old.type,
+      name: r.old.name,
+      display_prefix: r.created.display_prefix,
+      created_at: r.created.created_at,
+      replaces: { key_id: r.old.key_id, expires_at: r.old.expires_at, grace_seconds: grace },
+    });
+  });
+}
