@@ -1,7 +1,7 @@
 import { z } from 'zod';
 
 /** Tool families: each has its own BullMQ queue and worker pool. */
-export const FAMILIES = ['core', 'web', 'llm', 'edge', 'text', 'math'] as const;
+export const FAMILIES = ['core', 'web', 'llm', 'edge', 'text', 'math', 'media'] as const;
 export type Family = (typeof FAMILIES)[number];
 
 const bool = z
@@ -45,6 +45,7 @@ export const ConfigSchema = z
     /** text and math are CPU work in the sandbox pool: a few jobs at a time per process is what the threads can take. */
     CONCURRENCY_TEXT: int(4, 1, 1000),
     CONCURRENCY_MATH: int(4, 1, 1000),
+    CONCURRENCY_MEDIA: int(4, 1, 1000),
     SYNC_TIMEOUT_MS: int(30_000, 100, 600_000),
     /** On SIGTERM/SIGINT: how long running calls may take to finish and be answered before the process stops anyway. */
     SHUTDOWN_GRACE_MS: int(25_000, 0, 600_000),
@@ -157,6 +158,15 @@ export const ConfigSchema = z
     LLM_API_KEY: z.string().default(''),
     LLM_MODEL: z.string().default('gpt-4o-mini'),
     LLM_TIMEOUT_MS: int(60_000, 1000, 600_000),
+    /**
+     * How structured tools ask for JSON: `json_schema` (strict response_format, OpenAI and most servers)
+     * or `json_object` for upstreams without it (the schema then travels in the instructions).
+     */
+    LLM_STRUCTURED: z.enum(['json_schema', 'json_object']).default('json_schema'),
+    /** Model calls in flight at once per worker process; more wait their turn. */
+    LLM_MAX_INFLIGHT: int(8, 1, 1000),
+    /** The model's context window in tokens: genius_plus fits its fetched passages inside it. */
+    LLM_CONTEXT_TOKENS: int(16_000, 1000, 2_000_000),
     // Upstreams some catalogue tools need (a tool whose `needs` are unset is 503 tool_unavailable at admission).
     /** A SearXNG instance's base URL (its JSON API): web_search, discovery_collision, genius_plus. */
     SEARCH_BASE_URL: optionalUrl,
@@ -166,6 +176,19 @@ export const ConfigSchema = z
     WAYBACK_BASE_URL: z.union([z.literal(''), z.string().url()]).default('https://web.archive.org/web'),
     /** YouTube's base URL for the media tools; unset by default (operators opt in: YouTube's terms restrict automated access). */
     YOUTUBE_BASE_URL: optionalUrl,
+    /** The user agent grabr_* tools fetch as, and whose rules they honour in robots.txt. */
+    GRABR_USER_AGENT: z.string().min(1).max(200).default('TollgateGrabr/0.1'),
+    /** An RDAP service's base URL (e.g. https://rdap.org) for grabr_intel's registration data; unset = skipped. */
+    RDAP_BASE_URL: optionalUrl,
+    /** Per-call caps of the guarded fetch the web and media tools share (page_fetch keeps FETCH_MAX_BYTES). */
+    WEB_FETCH_MAX_BYTES: int(5 * 1024 * 1024, 1024, 50_000_000),
+    WEB_FETCH_TIMEOUT_MS: int(15_000, 500, 120_000),
+    /** Requests at once to one target host from one worker process. */
+    WEB_PER_HOST: int(2, 1, 64),
+    /** 32-byte key (base64 or hex) that encrypts passports at rest; unset: a random key per process (passports do not survive a restart). */
+    PASSPORT_KEY: z.string().default(''),
+    PASSPORT_MAX_BYTES: int(256 * 1024, 1024, 4 * 1024 * 1024),
+    PASSPORTS_PER_ACCOUNT: int(1000, 1, 1_000_000),
     // Edge network (Cloudflare API v4).
     CF_API_BASE_URL: z.string().url().default('https://api.cloudflare.com/client/v4'),
     CF_TIMEOUT_MS: int(15_000, 500, 120_000),
@@ -271,6 +294,7 @@ export function concurrencyFor(config: Config, family: Family): number {
     edge: config.CONCURRENCY_EDGE,
     text: config.CONCURRENCY_TEXT,
     math: config.CONCURRENCY_MATH,
+    media: config.CONCURRENCY_MEDIA,
   };
   return map[family];
 }

@@ -19,6 +19,10 @@ export const ERROR_STATUS = {
   edge_token_rejected: 403,
   tool_not_found: 404,
   not_found: 404,
+  /** A grabr_* tool's target disallows the path in robots.txt for GRABR_USER_AGENT: nothing was fetched there. */
+  robots_disallowed: 403,
+  /** grabr_transcript / grabr_video_intel: the video has no caption track in the languages asked for. */
+  no_captions: 404,
   method_not_allowed: 405,
   idempotency_in_progress: 409,
   /** The job was cancelled (DELETE /jobs/{id}) before it finished: not charged. GET /jobs/{id} and a waiting caller get this. */
@@ -36,6 +40,8 @@ export const ERROR_STATUS = {
   concurrency_limited: 429,
   internal_error: 500,
   upstream_error: 502,
+  /** A web tool could not read its target (refused, reset, TLS error, timeout, malformed answer): not charged. */
+  fetch_failed: 502,
   tool_unavailable: 503,
   service_unavailable: 503,
   timeout: 504,

@@ -1,5 +1,8 @@
 import type { ExtractHtmlInput, ExtractHtmlOutput } from '../tools/web/extract.js';
 import type { CviRoundInput, CviRoundOutput } from '../tools/text/cvi-b.js';
+import { WEB_TASKS, type WebTaskTypes } from '../tools/web/tasks.js';
+import { MEDIA_TASKS, type MediaTaskTypes } from '../tools/media/tasks.js';
+import { LLM_TASKS, type LlmTaskTypes } from '../tools/llm/tasks.js';
 
 /**
  * Named CPU tasks that handlers running on the worker's event loop hand to the sandbox pool
@@ -7,7 +10,7 @@ import type { CviRoundInput, CviRoundOutput } from '../tools/text/cvi-b.js';
  * neighbours, so each entry names a module URL and the function it exports. Payloads and results are
  * copied between threads: keep them plain data (strings, numbers, arrays, objects, Uint8Array).
  */
-export interface TaskTypes {
+export interface TaskTypes extends WebTaskTypes, MediaTaskTypes, LlmTaskTypes {
   /** page_fetch: parse fetched HTML within node and depth caps and extract its readable text. */
   extract_html: { input: ExtractHtmlInput; output: ExtractHtmlOutput };
   /** cvi_loop: one verification round of a draft against its sources (the loop's state stays on the event loop). */
@@ -25,6 +28,9 @@ const moduleUrl = (path: string) => new URL(`${path}${EXT}`, import.meta.url).hr
 export const TASKS: Record<TaskName, { module: string; export: string }> = {
   extract_html: { module: moduleUrl('../tools/web/extract'), export: 'extractHtmlTask' },
   cvi_round: { module: moduleUrl('../tools/text/cvi-b'), export: 'cviRoundTask' },
+  ...WEB_TASKS,
+  ...MEDIA_TASKS,
+  ...LLM_TASKS,
 };
 
 /** Runs a task on the calling event loop (ISOLATION=off, or a handler called outside the runner). */

@@ -3,6 +3,10 @@ import type { Config } from '../config.js';
 import { AppError, isAppError, type SerializedError } from '../errors.js';
 import { findTool, qInput } from '../tools/index.js';
 import { accountStore } from '../tools/store.js';
+import { createGuardedHttp } from '../tools/web/guarded-http.js';
+import { createResolver } from '../tools/web/resolver.js';
+import { createSearch } from '../tools/web/search-client.js';
+import { createLlm } from '../tools/llm/structured.js';
 import type { Redis } from '../queue/redis.js';
 import type { ToolContext, ToolProgress } from '../tools/types.js';
 import type { SandboxPool } from '../sandbox/pool.js';
@@ -151,11 +155,19 @@ export class ToolRunner {
         recordUsage(out.usage);
         result = out.value;
       } else {
+        const { config } = this.deps;
+        const progress = (p: ToolProgress) => job.progress(p);
+        const dns = createResolver(config);
         result = await tool.handler(parsed.data, {
-          config: this.deps.config,
+          config,
           log,
           signal: job.signal,
-          progress: (p) => job.progress(p),
+          progress,
+          http: createGuardedHttp({ config, resolver: dns, tool: tool.name, signal: job.signal, progress }),
+          ...(config.SEARCH_BASE_URL ? { search: createSearch(config, job.signal) } : {}),
+          ...(config.LLM_BASE_URL ? { llm: createLlm({ config, log, signal: job.signal, progress, recordUsage }) } : {}),
+          dns,
+          callerKeyId: data.keyId,
           sandbox: data.sandbox,
           accountId: accountId ?? '',
           keyId: data.subKeyId,

@@ -7,12 +7,13 @@ import { llmTools } from './llm/index.js';
 import { edgeTools } from './edge/index.js';
 import { textTools } from './text/index.js';
 import { mathTools } from './math/index.js';
+import { mediaTools } from './media/index.js';
 
 /**
  * The registry: the single source of truth for every tool. Routes, workers, the catalogue, MCP and
  * the manifest all read it.
  */
-const registry: AnyTool[] = [...coreTools, ...webTools, ...llmTools, ...edgeTools, ...textTools, ...mathTools];
+const registry: AnyTool[] = [...coreTools, ...webTools, ...llmTools, ...edgeTools, ...textTools, ...mathTools, ...mediaTools];
 export const TOOLS: readonly AnyTool[] = registry;
 
 const byName = new Map(TOOLS.map((t) => [t.name, t]));

@@ -50,6 +50,124 @@ export interface ToolStore {
   delete(key: string): Promise<void>;
 }
 
+/** One request through the guarded client (ctx.http). */
+export interface GuardedRequest {
+  method?: 'GET' | 'HEAD' | 'POST';
+  headers?: Record<string, string>;
+  body?: string;
+  /** Stop reading after this many decoded bytes (capped by WEB_FETCH_MAX_BYTES); the result says `truncated`. */
+  maxBytes?: number;
+  /** Deadline for the whole request including redirects (capped by WEB_FETCH_TIMEOUT_MS). */
+  timeoutMs?: number;
+  /** Follow up to 5 redirects, each re-checked by the guard (default true). */
+  followRedirects?: boolean;
+  /** Report `fetching` progress while the body arrives (default false: a tool fetching many pages reports its own). */
+  reportProgress?: boolean;
+  /** Leave the body unread for these answers (e.g. binary types): `body` is empty, `bytes` 0. */
+  skipBody?: (contentType: string | null, status: number) => boolean;
+}
+
+export interface GuardedResponse {
+  /** The URL asked for, and the one that answered after redirects. */
+  url: string;
+  final_url: string;
+  status: number;
+  /** Lower-case names; repeated headers joined with ", " (set-cookie with "\n"). */
+  headers: Record<string, string>;
+  content_type: string | null;
+  charset: string | null;
+  /** Decoded (gunzipped...) body, at most maxBytes. */
+  body: Buffer;
+  bytes: number;
+  truncated: boolean;
+  redirects: Array<{ url: string; status: number; location: string }>;
+  /** The body as text in its declared charset (UTF-8 by default). */
+  text(): string;
+}
+
+/**
+ * page_fetch's guarded client, for every tool that reads the web for a caller: the destination is
+ * resolved and vetted (no loopback, private, link-local or metadata addresses unless FETCH_ALLOWED_HOSTS
+ * admits it), the connection is pinned to the vetted address, every redirect is vetted again, bodies
+ * and time are capped, and at most WEB_PER_HOST requests run at once per target host in a process.
+ * Failures are `fetch_failed` (502, uncharged) with a `reason`; a refused address is `invalid_input`.
+ */
+export interface GuardedHttp {
+  fetch(url: string | URL, opts?: GuardedRequest): Promise<GuardedResponse>;
+}
+
+export interface SearchQuery {
+  query: string;
+  /** Results wanted, 1-20 (default 10). */
+  limit?: number;
+  page?: number;
+  language?: string;
+  time_range?: 'day' | 'week' | 'month' | 'year';
+  safesearch?: 0 | 1 | 2;
+}
+
+export interface SearchHit {
+  /** 1-based position across the pages asked for. */
+  rank: number;
+  title: string;
+  url: string;
+  snippet: string;
+  engines: string[];
+  published_at: string | null;
+}
+
+export interface SearchAnswer {
+  results: SearchHit[];
+  suggestions: string[];
+  answers: string[];
+}
+
+/** The search upstream (SEARCH_BASE_URL, a SearXNG JSON API). Unset, down or failing: `tool_unavailable` (503). */
+export interface SearchApi {
+  search(q: SearchQuery): Promise<SearchAnswer>;
+}
+
+/** A block of caller-supplied text, sent to the model inside delimiters as data, never as instructions. */
+export interface LlmDataBlock {
+  name: string;
+  text: string;
+}
+
+export interface LlmMeta {
+  model: string;
+  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number } | null;
+  prompt_version: string;
+}
+
+export interface LlmStructuredRequest<T> {
+  /** Names the schema (letters, digits, _ and -) and prefixes log lines. */
+  name: string;
+  /** Bump when the instructions change: results carry it in `meta.prompt_version`. */
+  promptVersion: string;
+  /** The tool's instructions. Caller text never goes here. */
+  instructions: string;
+  /** Caller text, each in its own delimited block. */
+  data: LlmDataBlock[];
+  /** What the model must return; checked with zod. One repair prompt, then `tool_unavailable`. */
+  schema: z.ZodType<T>;
+  maxTokens: number;
+  temperature?: number;
+  /** The stage name of the token progress events (default "generating"). */
+  stage?: string;
+}
+
+/**
+ * The language-model upstream (LLM_BASE_URL): strict structured output validated with zod, tokens
+ * streamed as progress, usage recorded with the call's ledger entry, at most LLM_MAX_INFLIGHT calls
+ * at once per process. Every failure is `tool_unavailable` (503, uncharged).
+ */
+export interface LlmApi {
+  structured<T>(req: LlmStructuredRequest<T>): Promise<{ value: T; meta: LlmMeta }>;
+}
+
+/** DNS lookups through DNS_SERVERS (or the system resolver), each bounded by DNS_TIMEOUT_MS. */
+export type ToolDns = import('./web/resolver.js').DnsResolver;
+
 export interface BalanceView {
   credits: number;
   plan: Plan;
@@ -74,6 +192,16 @@ export interface ToolContext {
   balance(): Promise<BalanceView>;
   /** Account-scoped state with a TTL (see ToolStore); absent in sandbox threads and direct handler calls. */
   store?: ToolStore;
+  /** Guarded HTTP for tools that read the web (see GuardedHttp); absent in sandbox threads. */
+  http?: GuardedHttp;
+  /** The search upstream; present only when SEARCH_BASE_URL is set (tools declare needs: ['search']). */
+  search?: SearchApi;
+  /** The language-model upstream; present only when LLM_BASE_URL is set (tools declare needs: ['llm']). */
+  llm?: LlmApi;
+  /** DNS through the configured resolvers. */
+  dns?: ToolDns;
+  /** The caller's key (production, agent or sub-key id; null for x402 payers): passports address keys. */
+  callerKeyId?: string | null;
   /** Records upstream usage (e.g. model tokens) with the call's ledger entry. */
   recordUsage(usage: Record<string, number>): void;
   /**

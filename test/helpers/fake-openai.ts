@@ -38,7 +38,12 @@ export type FakeReply =
   /** Streams these tokens, then an `{"error": ...}` event, as OpenAI does when generation fails mid-stream. */
   | { type: 'stream-error'; tokens: string[]; message: string }
   /** Streams these tokens, then goes silent with the connection open. */
-  | { type: 'stall'; tokens: string[] };
+  | { type: 'stall'; tokens: string[] }
+  /**
+   * A JSON reply (structured output), streamed in small chunks: a value, or a function of the request
+   * body that derives it (tests read the caller's data blocks from `body.messages`).
+   */
+  | { type: 'json'; value: unknown | ((body: any) => unknown) };
 
 export interface RecordedRequest {
   method: string;
@@ -132,13 +137,17 @@ export async function startFakeOpenAI(opts: FakeOpenAIOptions = {}): Promise<Fak
       return sendError(res, 400, "'model' and a non-empty 'messages' array are required.", 'invalid_request_error', null, 'messages');
     }
 
-    const reply = queue.shift() ?? defaultReply;
+    let reply = queue.shift() ?? (defaultReply === DEFAULT_REPLY ? structuredDefault(body) : null) ?? defaultReply;
+    if (reply.type === 'json') {
+      const value = typeof reply.value === 'function' ? (reply.value as (b: any) => unknown)(body) : reply.value;
+      reply = { type: 'tokens', tokens: chunkText(JSON.stringify(value)) };
+    }
     if (reply.type === 'error') return sendError(res, reply.status, reply.message, reply.errorType ?? 'server_error', reply.code ?? null);
     if (body.stream === true) return stream(body, reply, record, res);
     return complete(body, reply, res);
   }
 
-  async function complete(body: any, reply: Exclude<FakeReply, { type: 'error' }>, res: http.ServerResponse) {
+  async function complete(body: any, reply: Exclude<FakeReply, { type: 'error' } | { type: 'json' }>, res: http.ServerResponse) {
     if (reply.type === 'stall') return; // never answers; close() tears the socket down
     if (reply.type !== 'tokens') {
       res.socket?.destroy();
@@ -159,7 +168,7 @@ export async function startFakeOpenAI(opts: FakeOpenAIOptions = {}): Promise<Fak
     });
   }
 
-  async function stream(body: any, reply: Exclude<FakeReply, { type: 'error' }>, record: RecordedRequest, res: http.ServerResponse) {
+  async function stream(body: any, reply: Exclude<FakeReply, { type: 'error' } | { type: 'json' }>, record: RecordedRequest, res: http.ServerResponse) {
     const includeUsage = body.stream_options?.include_usage === true && !(reply.type === 'tokens' && reply.omitUsage);
     const id = completionId();
     const created = now();
@@ -280,4 +289,98 @@ function estimateUsage(body: any, tokens: string[]): FakeUsage {
   );
   const prompt = Math.ceil(chars / 4);
   return { prompt_tokens: prompt, completion_tokens: tokens.length, total_tokens: prompt + tokens.length };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Structured output: with no scripted reply, a request that asks for JSON (response_format json_schema,
+// or json_object with the schema between <<<SCHEMA>>> markers in the instructions) gets a value that
+// fits the schema, its strings drawn from the request's own user text, so replies are derived from the
+// request and a caller's words come back in them.
+
+/** The text of the request's user messages, in order. */
+export function userText(body: any): string {
+  return (body?.messages ?? [])
+    .filter((m: any) => m.role === 'user')
+    .map((m: any) => (typeof m.content === 'string' ? m.content : ''))
+    .join('\n');
+}
+
+/** The caller's data blocks (<<<DATA name>>> ... <<<END name>>>) by name. */
+export function dataBlocksOf(body: any): Record<string, string> {
+  const out: Record<string, string> = {};
+  const re = /<<<DATA ([A-Za-z0-9_-]+)>>>\n([\s\S]*?)\n<<<END \1>>>/g;
+  for (const m of userText(body).matchAll(re)) out[m[1]!] = m[2]!;
+  return out;
+}
+
+function requestedSchema(body: any): Record<string, unknown> | null {
+  const rf = body?.response_format;
+  if (rf?.type === 'json_schema' && rf.json_schema?.schema) return rf.json_schema.schema;
+  if (rf?.type === 'json_object') {
+    const sys = (body.messages ?? []).find((m: any) => m.role === 'system')?.content ?? '';
+    const m = /<<<SCHEMA>>>\n([\s\S]*?)\n<<<END SCHEMA>>>/.exec(String(sys));
+    if (m) return JSON.parse(m[1]!);
+  }
+  return null;
+}
+
+function structuredDefault(body: any): FakeReply | null {
+  const schema = requestedSchema(body);
+  if (!schema) return null;
+  const words = Object.values(dataBlocksOf(body)).join(' ').split(/\s+/).filter(Boolean);
+  return { type: 'json', value: synthesize(schema, words.length ? words : ['fake']) };
+}
+
+/** A value that satisfies a JSON Schema (the subset zod-to-json-schema emits), strings from `words`. */
+export function synthesize(schema: any, words: string[]): unknown {
+  let cursor = 0;
+  const phrase = (n: number) => {
+    const out: string[] = [];
+    for (let i = 0; i < n; i++) out.push(words[(cursor + i) % words.length]!);
+    cursor = (cursor + n) % words.length;
+    return out.join(' ');
+  };
+  const gen = (s: any): unknown => {
+    if (!s || typeof s !== 'object') return null;
+    if (s.const !== undefined) return s.const;
+    if (Array.isArray(s.enum)) return s.enum[0];
+    const variants = s.anyOf ?? s.oneOf;
+    if (Array.isArray(variants)) return gen(variants.find((v: any) => v.type !== 'null') ?? variants[0]);
+    const type = Array.isArray(s.type) ? (s.type.find((t: string) => t !== 'null') ?? 'null') : s.type;
+    switch (type) {
+      case 'object': {
+        const out: Record<string, unknown> = {};
+        for (const [k, v] of Object.entries(s.properties ?? {})) out[k] = gen(v);
+        return out;
+      }
+      case 'array': {
+        const n = Math.max(s.minItems ?? 0, Math.min(s.maxItems ?? 2, 2));
+        return Array.from({ length: n }, () => gen(s.items));
+      }
+      case 'string': {
+        let text = phrase(Math.max(1, Math.min(6, words.length)));
+        if (s.minLength && text.length < s.minLength) text = text.padEnd(s.minLength, '.');
+        if (s.maxLength && text.length > s.maxLength) text = text.slice(0, s.maxLength);
+        return text;
+      }
+      case 'integer':
+      case 'number': {
+        const lo = s.minimum ?? (s.exclusiveMinimum !== undefined ? s.exclusiveMinimum + 1 : 1);
+        return s.maximum !== undefined ? Math.min(lo, s.maximum) : lo;
+      }
+      case 'boolean':
+        return true;
+      case 'null':
+        return null;
+      default:
+        return null;
+    }
+  };
+  return gen(schema);
+}
+
+function chunkText(text: string): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < text.length; i += 12) out.push(text.slice(i, i + 12));
+  return out.length ? out : [''];
 }

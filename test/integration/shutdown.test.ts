@@ -41,6 +41,7 @@ describe('graceful stop', () => {
         REDIS_PREFIX: h.config.REDIS_PREFIX,
         FETCH_ALLOWED_HOSTS: target.hostPort,
         CONCURRENCY_WEB: '60',
+        WEB_PER_HOST: '60',
         FAIR_SHARE: '1',
         LOG_LEVEL: 'warn',
       },

@@ -3,8 +3,13 @@ import { genius } from './genius.js';
 import { hints } from './hints.js';
 import { roast } from './roast.js';
 import { chatModelName } from './llm-client.js';
+import { llmToolsA } from './group-a.js';
+import { llmToolsB } from './group-b.js';
 
-export const llmTools: AnyTool[] = [genius, hints, roast];
+/** The tools the chat endpoint offers as models (svc-genius, svc-hints, svc-roast). */
+const chatTools: AnyTool[] = [genius, hints, roast];
 
-/** Chat-completions model name -> the tool behind it (svc-genius -> genius), derived from the tools. */
-export const llmChatModels: ReadonlyMap<string, AnyTool> = new Map(llmTools.map((t) => [chatModelName(t), t]));
+export const llmTools: AnyTool[] = [...chatTools, ...llmToolsA, ...llmToolsB];
+
+/** Chat-completions model name -> the tool behind it (svc-genius -> genius). */
+export const llmChatModels: ReadonlyMap<string, AnyTool> = new Map(chatTools.map((t) => [chatModelName(t), t]));

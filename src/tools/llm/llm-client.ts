@@ -113,7 +113,14 @@ export interface CompletionRequest {
   messages: ChatCompletionMessageParam[];
   maxTokens: number;
   temperature?: number;
+  /** Chat-completions `response_format` (structured tools: json_schema or json_object). */
+  responseFormat?: Record<string, unknown>;
+  /** Stage name of the token progress events (default "generating"). */
+  stage?: string;
 }
+
+/** What streaming needs of a tool's context (the structured client passes only these). */
+export type LlmCallContext = Pick<ToolContext, 'config' | 'log' | 'signal' | 'progress' | 'recordUsage'>;
 
 /** Instructions first, then the earlier conversation in order, then the new request. */
 export function buildMessages(system: string, context: ChatTurn[] | undefined, user: string): ChatCompletionMessageParam[] {
@@ -128,7 +135,7 @@ export function buildMessages(system: string, context: ChatTurn[] | undefined, u
  * Streams one chat completion. Each content delta becomes a progress event as it arrives, so callers
  * that stream (SSE, chat `stream: true`) see tokens as the model produces them.
  */
-export async function streamCompletion(ctx: ToolContext, req: CompletionRequest): Promise<LlmResult> {
+export async function streamCompletion(ctx: LlmCallContext, req: CompletionRequest): Promise<LlmResult> {
   const { config } = ctx;
   if (!config.LLM_BASE_URL) {
     throw new AppError('tool_unavailable', `${req.tool} needs a language-model upstream: set LLM_BASE_URL`);
@@ -171,6 +178,7 @@ export async function streamCompletion(ctx: ToolContext, req: CompletionRequest)
         // `max_tokens` rather than `max_completion_tokens`: every OpenAI-compatible server accepts it.
         max_tokens: req.maxTokens,
         ...(req.temperature !== undefined ? { temperature: req.temperature } : {}),
+        ...(req.responseFormat ? { response_format: req.responseFormat as never } : {}),
       },
       { signal: upstream.signal },
     );
@@ -186,7 +194,7 @@ export async function streamCompletion(ctx: ToolContext, req: CompletionRequest)
       text += delta;
       chunks += 1;
       try {
-        await ctx.progress({ stage: 'generating', delta, done: chunks, unit: 'tokens' });
+        await ctx.progress({ stage: req.stage ?? 'generating', delta, done: chunks, unit: 'tokens' });
       } catch (error) {
         progressError = { error };
         break; // leaving the loop aborts the upstream request
@@ -230,7 +238,7 @@ class UpstreamProblem extends Error {}
  * The job was cancelled (its deadline passed or the worker is stopping). The worker decides what that
  * means; if it aborted with an AppError we pass that on, otherwise it is a timeout.
  */
-function cancelled(ctx: ToolContext, tool: string): AppError {
+function cancelled(ctx: LlmCallContext, tool: string): AppError {
   const reason: unknown = ctx.signal.reason;
   if (reason instanceof AppError) return reason;
   return new AppError('timeout', `${tool} was cancelled before the language model finished`);
@@ -241,7 +249,7 @@ function cancelled(ctx: ToolContext, tool: string): AppError {
  * malformed stream will not heal, and a retry of a half-streamed answer would show the caller the
  * tokens twice. The message says what went wrong in a few words and never carries the API key.
  */
-function upstreamFailure(ctx: ToolContext, tool: string, e: unknown): AppError {
+function upstreamFailure(ctx: LlmCallContext, tool: string, e: unknown): AppError {
   const { reason, status } = describeFailure(e, ctx.config);
   const safe = redact(reason, ctx.config.LLM_API_KEY);
   ctx.log.warn({ tool, upstream_status: status, reason: safe }, 'language-model upstream failed');

@@ -1,0 +1,4 @@
+import type { AnyTool } from '../types.js';
+
+/** grabr_transcript, grabr_video_intel: a video page's player response and caption tracks at YOUTUBE_BASE_URL. */
+export const mediaTools: AnyTool[] = [];
