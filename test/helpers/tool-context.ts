@@ -1,10 +1,15 @@
 import pino from 'pino';
 import { loadConfig, type Config } from '../../src/config.js';
 import type { ToolContext, ToolProgress } from '../../src/tools/types.js';
+import { createGuardedHttp } from '../../src/tools/web/guarded-http.js';
+import { createResolver } from '../../src/tools/web/resolver.js';
+import { createSearch } from '../../src/tools/web/search-client.js';
+import { createLlm } from '../../src/tools/llm/structured.js';
 
 /**
- * A ToolContext for calling a tool's handler directly in unit tests. Progress reports and recorded
- * usage are collected so tests can assert on them.
+ * A ToolContext for calling a tool's handler directly in unit tests, built as the runner builds it:
+ * guarded `http` and `dns` always, `search` with SEARCH_BASE_URL, `llm` with LLM_BASE_URL (pass them
+ * in `env`). Progress reports and recorded usage are collected so tests can assert on them.
  */
 export function makeToolContext(overrides: Partial<ToolContext> & { env?: Record<string, string> } = {}) {
   const { env, ...rest } = overrides;
@@ -27,5 +32,10 @@ export function makeToolContext(overrides: Partial<ToolContext> & { env?: Record
     },
     ...rest,
   };
+  const dns = ctx.dns ?? createResolver(config);
+  ctx.dns = dns;
+  ctx.http ??= createGuardedHttp({ config, resolver: dns, tool: 'test', signal: ctx.signal, progress: ctx.progress });
+  if (config.SEARCH_BASE_URL) ctx.search ??= createSearch(config, ctx.signal);
+  if (config.LLM_BASE_URL) ctx.llm ??= createLlm(ctx);
   return { ctx, progress, usage };
 }
