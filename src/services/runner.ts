@@ -3,6 +3,7 @@ import type { Config } from '../config.js';
 import { AppError, isAppError, type SerializedError } from '../errors.js';
 import { findTool, qInput } from '../tools/index.js';
 import { accountStore } from '../tools/store.js';
+import { passportsFor } from '../access/passports.js';
 import { createGuardedHttp } from '../tools/web/guarded-http.js';
 import { createResolver } from '../tools/web/resolver.js';
 import { createSearch } from '../tools/web/search-client.js';
@@ -150,15 +151,12 @@ export class ToolRunner {
         log,
       };
       let result: unknown;
-      if (tool.isolated && sandbox.isolating) {
-        const out = await sandbox.runTool(tool, parsed.data, { sandbox: data.sandbox, accountId: accountId ?? '', keyId: data.subKeyId }, sandboxCall);
-        recordUsage(out.usage);
-        result = out.value;
-      } else {
-        const { config } = this.deps;
-        const progress = (p: ToolProgress) => job.progress(p);
+      const { config } = this.deps;
+      const progress = (p: ToolProgress) => job.progress(p);
+      // The event loop's context: everything a handler may use (network clients, store, balance).
+      const eventLoopContext = (): ToolContext => {
         const dns = createResolver(config);
-        result = await tool.handler(parsed.data, {
+        return {
           config,
           log,
           signal: job.signal,
@@ -176,9 +174,20 @@ export class ToolRunner {
           ...(this.deps.redis && accountId
             ? { store: accountStore(this.deps.redis, this.deps.config.REDIS_PREFIX, { accountId, sandbox: data.sandbox, tool: tool.name }) }
             : {}),
+          ...(this.deps.redis && accountId ? { passports: passportsFor({ redis: this.deps.redis, config, accounts: this.deps.accounts, log }, { accountId, callerKeyId: data.keyId, sandbox: data.sandbox }) } : {}),
           recordUsage,
           isolate: (task, payload) => sandbox.runTask(task, payload, { ...sandboxCall, label: `${tool.name}/${task}` }),
-        } satisfies ToolContext);
+        };
+      };
+      if (tool.isolated && sandbox.isolating) {
+        // A tool that reads what the caller named (URLs) does that here, then computes in the pool.
+        const input = tool.prepare ? await tool.prepare(parsed.data, eventLoopContext()) : parsed.data;
+        const out = await sandbox.runTool(tool, input, { sandbox: data.sandbox, accountId: accountId ?? '', keyId: data.subKeyId }, sandboxCall);
+        recordUsage(out.usage);
+        result = out.value;
+      } else {
+        const ctx = eventLoopContext();
+        result = await tool.handler(tool.prepare ? await tool.prepare(parsed.data, ctx) : parsed.data, ctx);
       }
       const cost = data.sandbox ? 0 : data.payer ? data.listPriceCents : data.priceCents;
       // Calls paid per call (x402) are recorded by the API once their payment settles, not here.

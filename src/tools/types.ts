@@ -202,6 +202,8 @@ export interface ToolContext {
   dns?: ToolDns;
   /** The caller's key (production, agent or sub-key id; null for x402 payers): passports address keys. */
   callerKeyId?: string | null;
+  /** Passports of the caller's account (src/access/passports.ts); absent without an account or Redis. */
+  passports?: import('../access/passports.js').PassportApi;
   /** Records upstream usage (e.g. model tokens) with the call's ledger entry. */
   recordUsage(usage: Record<string, number>): void;
   /**
@@ -256,6 +258,12 @@ export interface ToolDefinition<S extends z.ZodTypeAny = z.ZodTypeAny, R = unkno
    * against `limits.timeMs`, and a test checks it finishes inside its limits.
    */
   largestInput?: () => z.input<S>;
+  /**
+   * Runs on the worker's event loop before the handler, with the whole context (ctx.http...): an
+   * isolated tool fetches what the caller named here (cvi_verify's urls) and returns the input its
+   * handler then gets in the pool. Keep it to I/O; parsing belongs in the handler or a task.
+   */
+  prepare?(input: z.output<S>, ctx: ToolContext): Promise<z.output<S>>;
   handler(input: z.output<S>, ctx: ToolContext): Promise<R>;
 }
 
