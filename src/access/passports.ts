@@ -1,0 +1,545 @@
+import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import { ConfigError, type Config } from '../config.js';
+import { AppError } from '../errors.js';
+import type { Redis } from '../queue/redis.js';
+import type { KeyInfo } from '../db/accounts-repo.js';
+
+/**
+ * Passports: blobs of text one key of an account leaves for itself or hands to another key (or agent)
+ * of the same account, e.g. a handoff brief between two agents. They live in Redis only, each with a
+ * TTL from 60 s to 30 days, and are never money: nothing here touches Postgres except the read-only
+ * look-up of a recipient key.
+ *
+ * Layout, under `${REDIS_PREFIX}:pp:<account>` (sandbox keys under `${REDIS_PREFIX}:pp:test:<account>`,
+ * so a sandbox key never sees or fills the live namespace and vice versa):
+ * - `:p:<handle>`   hash {meta, data}: both sealed with AES-256-GCM under PASSPORT_KEY (the content
+ *                   and its metadata, label and sha256 included, are never stored in clear);
+ * - `:idx`          sorted set handle -> expiry (ms): the account's live passports, counted against
+ *                   PASSPORTS_PER_ACCOUNT atomically in a Lua script that first drops expired entries;
+ * - `:inbox:<key>`  sorted set delivery id -> expiry (ms): deliveries addressed to one key;
+ * - `:d:<delivery>` JSON {delivery_id, handle, from_key_id, to_key_id, sent_at, expires_at}: ids only.
+ * Every key has a TTL: a passport and a delivery expire with themselves, a sorted set with its latest
+ * member. Handles are 24 random bytes (crypto.randomBytes), so they cannot be guessed; and since every
+ * look-up happens inside the caller's account namespace, another account's handle is simply not found.
+ *
+ * The GCM additional data binds each sealed value to its namespace and handle: a blob copied to another
+ * account's or passport's key does not open.
+ *
+ * Without PASSPORT_KEY a random key is made once per process (a warning is logged once): passports then
+ * do not survive a restart, and a worker process cannot read what another process stored. Set
+ * PASSPORT_KEY (32 bytes, 64 hex characters or base64) wherever workers run more than one process.
+ */
+
+export const PASSPORT_MIN_TTL_S = 60;
+export const PASSPORT_MAX_TTL_S = 30 * 86400;
+export const PASSPORT_DEFAULT_TTL_S = 86400;
+export const PASSPORT_LABEL_MAX = 200;
+/** Largest page of list and inbox. */
+export const PASSPORT_PAGE_MAX = 100;
+/** `to` value that addresses the calling key itself. */
+export const SELF = 'self';
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+export const HANDLE_RE = /^pp_[A-Za-z0-9_-]{32}$/;
+export const DELIVERY_RE = /^dl_[A-Za-z0-9_-]{22}$/;
+
+export interface PassportMeta {
+  handle: string;
+  label: string | null;
+  bytes: number;
+  sha256: string;
+  created_at: string;
+  expires_at: string;
+  from_key_id: string | null;
+}
+
+export interface PassportPut {
+  handle: string;
+  bytes: number;
+  sha256: string;
+  expires_at: string;
+}
+
+export interface PassportContent extends PassportMeta {
+  content: string;
+}
+
+export interface PassportPage {
+  passports: PassportMeta[];
+  /** Live passports of the account (this namespace), all pages together. */
+  total: number;
+  /** Pass as `cursor` for the next page; null on the last one. */
+  next_cursor: string | null;
+}
+
+export interface Delivery {
+  delivery_id: string;
+  handle: string;
+  from_key_id: string | null;
+  label: string | null;
+  bytes: number;
+  sha256: string;
+  sent_at: string;
+  expires_at: string;
+}
+
+export interface InboxPage {
+  deliveries: Delivery[];
+  total: number;
+  next_cursor: string | null;
+}
+
+export interface SendResult {
+  delivery_id: string;
+  handle: string;
+  to_key_id: string;
+  expires_at: string;
+  /** Sandbox keys: nothing was stored or delivered. */
+  dry_run?: true;
+}
+
+export interface PageOpts {
+  limit?: number;
+  cursor?: string;
+}
+
+/** The per-call view a handler gets as ctx.passports: bound to the caller's account, key and sandbox flag. */
+export interface PassportApi {
+  put(input: { content: string; label?: string | null; ttl_s?: number }): Promise<PassportPut>;
+  get(handle: string): Promise<PassportContent>;
+  list(opts?: PageOpts): Promise<PassportPage>;
+  /** Deliveries addressed to the calling key. */
+  inbox(opts?: PageOpts): Promise<InboxPage>;
+  /** Deletes a passport of the account (its deliveries disappear from every inbox). */
+  delete(handle: string): Promise<{ handle: string; deleted: true }>;
+  /** Removes one delivery from the calling key's inbox (the passport stays). */
+  dismiss(deliveryId: string): Promise<{ delivery_id: string; deleted: true }>;
+  send(input: { to: string; handle?: string; content?: string; label?: string | null; ttl_s?: number }): Promise<SendResult>;
+}
+
+export interface PassportScope {
+  accountId: string;
+  /** The caller's key (production, agent, sub or test key id). */
+  callerKeyId: string | null;
+  sandbox: boolean;
+}
+
+/** Finds the key a delivery goes to, inside one account; null when there is none that may receive. */
+export type RecipientResolver = (accountId: string, to: string) => Promise<string | null>;
+
+// --- keys -----------------------------------------------------------------------------------------
+
+let processKey: Buffer | null = null;
+let warned = false;
+const parsedKeys = new Map<string, Buffer>();
+
+/** PASSPORT_KEY as 32 bytes; unset, one random key for the life of this process (logged once). */
+export function passportKey(config: Pick<Config, 'PASSPORT_KEY'>, log?: Pick<Logger, 'warn'>): Buffer {
+  const configured = config.PASSPORT_KEY;
+  if (configured) {
+    let key = parsedKeys.get(configured);
+    if (!key) {
+      key = /^[0-9a-fA-F]{64}$/.test(configured) ? Buffer.from(configured, 'hex') : Buffer.from(configured, 'base64');
+      if (key.length !== 32) throw new ConfigError('PASSPORT_KEY must be 32 bytes, as 64 hex characters or base64');
+      parsedKeys.set(configured, key);
+    }
+    return key;
+  }
+  if (!processKey) processKey = randomBytes(32);
+  if (!warned) {
+    warned = true;
+    log?.warn('PASSPORT_KEY is not set: passports are encrypted under a random key of this process, so they do not survive a restart and other processes cannot read them');
+  }
+  return processKey;
+}
+
+const VERSION = 1;
+
+function seal(key: Buffer, plain: Buffer, aad: string): Buffer {
+  const iv = randomBytes(12);
+  const cipher = createCipheriv('aes-256-gcm', key, iv);
+  cipher.setAAD(Buffer.from(aad, 'utf8'));
+  const body = Buffer.concat([cipher.update(plain), cipher.final()]);
+  return Buffer.concat([Buffer.from([VERSION]), iv, cipher.getAuthTag(), body]);
+}
+
+function open(key: Buffer, blob: Buffer, aad: string): Buffer | null {
+  if (blob.length < 29 || blob[0] !== VERSION) return null;
+  try {
+    const decipher = createDecipheriv('aes-256-gcm', key, blob.subarray(1, 13));
+    decipher.setAAD(Buffer.from(aad, 'utf8'));
+    decipher.setAuthTag(blob.subarray(13, 29));
+    return Buffer.concat([decipher.update(blob.subarray(29)), decipher.final()]);
+  } catch {
+    return null;
+  }
+}
+
+// --- scripts --------------------------------------------------------------------------------------
+
+/**
+ * Adds one member to a capped sorted set of expiries and writes its record, atomically.
+ * KEYS: set, record   ARGV: now, expiresAt, cap, member, recordPrefix, kind ('hash'|'string'), field1, value1 [, field2, value2]
+ * Drops expired members first; when still at the cap, drops members whose record is gone (deleted,
+ * or evicted under memory pressure) before refusing. Returns 1, or 0 at the cap.
+ */
+const ADD = `
+local now = tonumber(ARGV[1])
+local cap = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= cap then
+  local members = redis.call('ZRANGE', KEYS[1], 0, -1)
+  for _, m in ipairs(members) do
+    if redis.call('EXISTS', ARGV[5] .. m) == 0 then redis.call('ZREM', KEYS[1], m) end
+  end
+  if redis.call('ZCARD', KEYS[1]) >= cap then return 0 end
+end
+if ARGV[6] == 'hash' then
+  redis.call('HSET', KEYS[2], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
+else
+  redis.call('SET', KEYS[2], ARGV[8])
+end
+redis.call('PEXPIREAT', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
+local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], top[2])
+return 1
+`;
+
+type Scripted = Redis & {
+  tgPassportAdd(set: string, record: string, ...argv: Array<string | number | Buffer>): Promise<number>;
+};
+
+// --- the service ----------------------------------------------------------------------------------
+
+export interface PassportDeps {
+  redis: Redis;
+  config: Pick<Config, 'REDIS_PREFIX' | 'PASSPORT_KEY' | 'PASSPORT_MAX_BYTES' | 'PASSPORTS_PER_ACCOUNT'>;
+  log?: Pick<Logger, 'warn'>;
+  /** Needed by send; without it every recipient but `self` is not found. */
+  resolveRecipient?: RecipientResolver;
+  /** Clock (ms); tests move it. */
+  now?: () => number;
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+function newId(prefix: string, bytes: number): string {
+  return prefix + randomBytes(bytes).toString('base64url');
+}
+
+function notFound(handle: string): AppError {
+  return new AppError('not_found', `No passport ${handle} in this account (it may have expired or been deleted)`);
+}
+
+function clampTtl(ttl: number | undefined): number {
+  const t = ttl ?? PASSPORT_DEFAULT_TTL_S;
+  if (!Number.isInteger(t) || t < PASSPORT_MIN_TTL_S || t > PASSPORT_MAX_TTL_S) {
+    throw new AppError('invalid_input', `ttl_s must be an integer from ${PASSPORT_MIN_TTL_S} to ${PASSPORT_MAX_TTL_S} seconds`);
+  }
+  return t;
+}
+
+function pageOf(opts: PageOpts | undefined): { offset: number; limit: number } {
+  const limit = opts?.limit ?? 50;
+  if (!Number.isInteger(limit) || limit < 1 || limit > PASSPORT_PAGE_MAX) throw new AppError('invalid_input', `limit must be 1-${PASSPORT_PAGE_MAX}`);
+  const cursor = opts?.cursor ?? '0';
+  if (!/^\d{1,7}$/.test(cursor)) throw new AppError('invalid_input', 'cursor must be a next_cursor from an earlier page');
+  return { offset: Number(cursor), limit };
+}
+
+export class PassportService {
+  private readonly redis: Scripted;
+  private readonly now: () => number;
+
+  constructor(private readonly deps: PassportDeps) {
+    const r: Redis = deps.redis;
+    if (!('tgPassportAdd' in r)) r.defineCommand('tgPassportAdd', { numberOfKeys: 2, lua: ADD });
+    this.redis = r as Scripted;
+    this.now = deps.now ?? Date.now;
+  }
+
+  /** The API a handler gets: every operation inside the caller's account (and sandbox namespace). */
+  forCaller(scope: PassportScope): PassportApi {
+    return {
+      put: (i) => this.put(scope, i),
+      get: (h) => this.get(scope, h),
+      list: (o) => this.list(scope, o),
+      inbox: (o) => this.inbox(scope, o),
+      delete: (h) => this.delete(scope, h),
+      dismiss: (d) => this.dismiss(scope, d),
+      send: (i) => this.send(scope, i),
+    };
+  }
+
+  /** `${prefix}:pp:[test:]<account>`: the namespace of one account's passports. */
+  namespace(scope: Pick<PassportScope, 'accountId' | 'sandbox'>): string {
+    return `${this.deps.config.REDIS_PREFIX}:pp:${scope.sandbox ? 'test:' : ''}${scope.accountId}`;
+  }
+
+  private key(): Buffer {
+    return passportKey(this.deps.config, this.deps.log);
+  }
+
+  async put(scope: PassportScope, input: { content: string; label?: string | null; ttl_s?: number }): Promise<PassportPut> {
+    const { meta, data } = this.prepare(scope, input);
+    const ns = this.namespace(scope);
+    const added = await this.redis.tgPassportAdd(
+      `${ns}:idx`, `${ns}:p:${meta.handle}`,
+      Date.parse(meta.created_at), Date.parse(meta.expires_at), this.deps.config.PASSPORTS_PER_ACCOUNT, meta.handle, `${ns}:p:`,
+      'hash', 'meta', this.sealMeta(ns, meta), 'data', data,
+    );
+    if (added !== 1) {
+      const cap = this.deps.config.PASSPORTS_PER_ACCOUNT;
+      throw new AppError('limit_exceeded', `This account already has ${cap} live passports; delete some or let them expire`, {
+        limit: 'passports_per_account',
+        limit_value: cap,
+      });
+    }
+    return { handle: meta.handle, bytes: meta.bytes, sha256: meta.sha256, expires_at: meta.expires_at };
+  }
+
+  /** Checks and seals new content; nothing is written. */
+  private prepare(scope: PassportScope, input: { content: string; label?: string | null; ttl_s?: number }): { meta: PassportMeta; data: Buffer } {
+    const { content } = input;
+    if (typeof content !== 'string') throw new AppError('invalid_input', 'content must be a string');
+    // A lone surrogate has no UTF-8 form: it would come back as U+FFFD, not as what was sent.
+    if (LONE_SURROGATE.test(content)) throw new AppError('invalid_input', 'content is not valid Unicode (it holds a lone surrogate)');
+    const plain = Buffer.from(content, 'utf8');
+    const max = this.deps.config.PASSPORT_MAX_BYTES;
+    if (plain.length > max) {
+      throw new AppError('limit_exceeded', `content is ${plain.length} bytes of UTF-8; a passport holds at most ${max}`, { limit: 'passport_bytes', limit_value: max });
+    }
+    const label = input.label ?? null;
+    if (label !== null && (typeof label !== 'string' || label.length > PASSPORT_LABEL_MAX)) {
+      throw new AppError('invalid_input', `label must be at most ${PASSPORT_LABEL_MAX} characters`);
+    }
+    const ttl = clampTtl(input.ttl_s);
+    const now = this.now();
+    const ns = this.namespace(scope);
+    const handle = newId('pp_', 24);
+    const meta: PassportMeta = {
+      handle,
+      label,
+      bytes: plain.length,
+      sha256: createHash('sha256').update(plain).digest('hex'),
+      created_at: iso(now),
+      expires_at: iso(now + ttl * 1000),
+      from_key_id: scope.callerKeyId,
+    };
+    return { meta, data: seal(this.key(), plain, `${ns}|${handle}|data`) };
+  }
+
+  private sealMeta(ns: string, meta: PassportMeta): Buffer {
+    return seal(this.key(), Buffer.from(JSON.stringify(meta), 'utf8'), `${ns}|${meta.handle}|meta`);
+  }
+
+  private openMeta(ns: string, handle: string, blob: Buffer | null): PassportMeta | null {
+    if (!blob) return null;
+    const plain = open(this.key(), blob, `${ns}|${handle}|meta`);
+    return plain ? (JSON.parse(plain.toString('utf8')) as PassportMeta) : null;
+  }
+
+  /** The passport's metadata, or null when it is gone (or sealed under another key). */
+  private async meta(ns: string, handle: string): Promise<PassportMeta | null> {
+    if (!HANDLE_RE.test(handle)) return null;
+    return this.openMeta(ns, handle, await this.redis.hgetBuffer(`${ns}:p:${handle}`, 'meta'));
+  }
+
+  async get(scope: PassportScope, handle: string): Promise<PassportContent> {
+    if (!HANDLE_RE.test(handle)) throw notFound(String(handle).slice(0, 40));
+    const ns = this.namespace(scope);
+    const [metaBlob, data] = await this.redis.hmgetBuffer(`${ns}:p:${handle}`, 'meta', 'data');
+    if (!metaBlob || !data) throw notFound(handle);
+    const meta = this.openMeta(ns, handle, metaBlob);
+    const plain = meta ? open(this.key(), data, `${ns}|${handle}|data`) : null;
+    if (!meta || !plain) {
+      // Stored under another PASSPORT_KEY (a restart without one, or a rotated key): unreadable here.
+      throw new AppError('not_found', `Passport ${handle} cannot be read with this service's PASSPORT_KEY (stored under another key, or by another process without one)`);
+    }
+    const sha256 = createHash('sha256').update(plain).digest('hex');
+    if (sha256 !== meta.sha256) throw new AppError('internal_error', `Passport ${handle} failed its integrity check`);
+    return { ...meta, content: plain.toString('utf8') };
+  }
+
+  async list(scope: PassportScope, opts?: PageOpts): Promise<PassportPage> {
+    const ns = this.namespace(scope);
+    const { handles, total, next } = await this.page(`${ns}:idx`, opts);
+    if (!handles.length) return { passports: [], total, next_cursor: next };
+    const pipe = this.redis.pipeline();
+    for (const h of handles) pipe.hgetBuffer(`${ns}:p:${h}`, 'meta');
+    const rows = (await pipe.exec()) ?? [];
+    const passports: PassportMeta[] = [];
+    const gone: string[] = [];
+    handles.forEach((h, i) => {
+      const m = this.openMeta(ns, h, (rows[i]?.[1] as Buffer | null) ?? null);
+      if (m) passports.push(m);
+      else gone.push(h);
+    });
+    if (gone.length) await this.dropGone(`${ns}:idx`, ns, gone, 'p');
+    return { passports, total: total - gone.length, next_cursor: next };
+  }
+
+  /** Removes index members whose record no longer exists (an unreadable one stays: it still counts). */
+  private async dropGone(set: string, ns: string, members: string[], kind: 'p' | 'd'): Promise<void> {
+    const pipe = this.redis.pipeline();
+    for (const m of members) pipe.exists(`${ns}:${kind}:${m}`);
+    const rows = (await pipe.exec()) ?? [];
+    const missing = members.filter((_, i) => rows[i]?.[1] === 0);
+    if (missing.length) await this.redis.zrem(set, ...missing);
+  }
+
+  /** One page of a sorted set of expiries: live members, soonest expiry first. */
+  private async page(set: string, opts: PageOpts | undefined): Promise<{ handles: string[]; total: number; next: string | null }> {
+    const { offset, limit } = pageOf(opts);
+    const now = this.now();
+    const [, countRow, rangeRow] = (await this.redis
+      .multi()
+      .zremrangebyscore(set, '-inf', now)
+      .zcard(set)
+      .zrangebyscore(set, `(${now}`, '+inf', 'LIMIT', offset, limit)
+      .exec()) ?? [];
+    const total = Number(countRow?.[1] ?? 0);
+    const handles = (rangeRow?.[1] as string[] | undefined) ?? [];
+    return { handles, total, next: offset + handles.length < total && handles.length === limit ? String(offset + limit) : null };
+  }
+
+  async inbox(scope: PassportScope, opts?: PageOpts): Promise<InboxPage> {
+    if (!scope.callerKeyId) throw new AppError('forbidden', 'An inbox belongs to a key; call with an API key');
+    const ns = this.namespace(scope);
+    const set = `${ns}:inbox:${scope.callerKeyId}`;
+    const { handles: ids, total, next } = await this.page(set, opts);
+    if (!ids.length) return { deliveries: [], total, next_cursor: next };
+    const records = await this.redis.mget(...ids.map((d) => `${ns}:d:${d}`));
+    const parsed = records.map((r) => (r ? (JSON.parse(r) as { delivery_id: string; handle: string; from_key_id: string | null; sent_at: string; expires_at: string }) : null));
+    const pipe = this.redis.pipeline();
+    for (const r of parsed) pipe.hgetBuffer(`${ns}:p:${r?.handle ?? 'none'}`, 'meta');
+    const metas = (await pipe.exec()) ?? [];
+    const deliveries: Delivery[] = [];
+    const gone: string[] = [];
+    parsed.forEach((r, i) => {
+      const m = r ? this.openMeta(ns, r.handle, (metas[i]?.[1] as Buffer | null) ?? null) : null;
+      if (!r || !m) {
+        gone.push(ids[i]!);
+        return;
+      }
+      deliveries.push({
+        delivery_id: r.delivery_id,
+        handle: r.handle,
+        from_key_id: r.from_key_id,
+        label: m.label,
+        bytes: m.bytes,
+        sha256: m.sha256,
+        sent_at: r.sent_at,
+        expires_at: r.expires_at,
+      });
+    });
+    // A delivery whose passport was deleted (or expired early) leaves the inbox.
+    if (gone.length) await this.redis.zrem(set, ...gone);
+    return { deliveries, total: total - gone.length, next_cursor: next };
+  }
+
+  async delete(scope: PassportScope, handle: string): Promise<{ handle: string; deleted: true }> {
+    if (!HANDLE_RE.test(handle)) throw notFound(String(handle).slice(0, 40));
+    const ns = this.namespace(scope);
+    const rows = await this.redis.multi().del(`${ns}:p:${handle}`).zrem(`${ns}:idx`, handle).exec();
+    if (rows?.[0]?.[1] !== 1) throw notFound(handle);
+    return { handle, deleted: true };
+  }
+
+  async dismiss(scope: PassportScope, deliveryId: string): Promise<{ delivery_id: string; deleted: true }> {
+    if (!scope.callerKeyId) throw new AppError('forbidden', 'An inbox belongs to a key; call with an API key');
+    const missing = new AppError('not_found', `No delivery ${String(deliveryId).slice(0, 40)} in this key's inbox`);
+    if (!DELIVERY_RE.test(deliveryId)) throw missing;
+    const ns = this.namespace(scope);
+    const removed = await this.redis.zrem(`${ns}:inbox:${scope.callerKeyId}`, deliveryId);
+    if (removed !== 1) throw missing;
+    await this.redis.del(`${ns}:d:${deliveryId}`);
+    return { delivery_id: deliveryId, deleted: true };
+  }
+
+  async send(scope: PassportScope, input: { to: string; handle?: string; content?: string; label?: string | null; ttl_s?: number }): Promise<SendResult> {
+    if ((input.handle === undefined) === (input.content === undefined)) {
+      throw new AppError('invalid_input', 'Send either handle (an existing passport) or content (a new one), not both');
+    }
+    if (input.handle !== undefined && input.label !== undefined && input.label !== null) {
+      throw new AppError('invalid_input', 'label names new content; an existing passport keeps its own');
+    }
+    const toKeyId = await this.recipient(scope, input.to);
+    const ns = this.namespace(scope);
+    const now = this.now();
+    let handle: string;
+    let expiresMs: number;
+    let created = false;
+    if (input.handle !== undefined) {
+      const meta = await this.meta(ns, input.handle);
+      if (!meta) throw notFound(String(input.handle).slice(0, 40));
+      handle = meta.handle;
+      // The delivery lasts as long as the passport, or less when ttl_s says so.
+      expiresMs = Date.parse(meta.expires_at);
+      if (input.ttl_s !== undefined) expiresMs = Math.min(expiresMs, now + clampTtl(input.ttl_s) * 1000);
+    } else if (scope.sandbox) {
+      const { meta } = this.prepare(scope, { content: input.content!, label: input.label, ttl_s: input.ttl_s });
+      handle = meta.handle;
+      expiresMs = Date.parse(meta.expires_at);
+    } else {
+      const put = await this.put(scope, { content: input.content!, label: input.label, ttl_s: input.ttl_s });
+      handle = put.handle;
+      expiresMs = Date.parse(put.expires_at);
+      created = true;
+    }
+    const deliveryId = newId('dl_', 16);
+    const result: SendResult = { delivery_id: deliveryId, handle, to_key_id: toKeyId, expires_at: iso(expiresMs) };
+    // Sandbox keys: checked like a real send, but nothing is stored or delivered.
+    if (scope.sandbox) return { ...result, dry_run: true };
+    const record = JSON.stringify({ delivery_id: deliveryId, handle, from_key_id: scope.callerKeyId, to_key_id: toKeyId, sent_at: iso(now), expires_at: iso(expiresMs) });
+    const cap = this.deps.config.PASSPORTS_PER_ACCOUNT;
+    const added = await this.redis.tgPassportAdd(`${ns}:inbox:${toKeyId}`, `${ns}:d:${deliveryId}`, now, expiresMs, cap, deliveryId, `${ns}:d:`, 'string', '', record);
+    if (added !== 1) {
+      if (created) await this.delete(scope, handle).catch(() => undefined);
+      throw new AppError('limit_exceeded', `The recipient's inbox already holds ${cap} deliveries`, { limit: 'passport_inbox', limit_value: cap });
+    }
+    return result;
+  }
+
+  private async recipient(scope: PassportScope, to: string): Promise<string> {
+    if (to === SELF) {
+      if (!scope.callerKeyId) throw new AppError('forbidden', 'Only a call made with an API key can send to "self"');
+      return scope.callerKeyId;
+    }
+    const found = this.deps.resolveRecipient ? await this.deps.resolveRecipient(scope.accountId, to) : null;
+    if (!found) {
+      // The same answer for an unknown key, another account's key and a revoked one: nothing to probe.
+      throw new AppError('not_found', `No key or agent "${String(to).slice(0, 80)}" in this account can receive passports`);
+    }
+    return found;
+  }
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * Recipients from the account's keys (AccountsRepo.listKeys): a key id, or an agent key's name (the
+ * newest live one when a rotation leaves two). Revoked and expired keys, and sandbox (test) keys, whose
+ * passports live in a namespace of their own, cannot receive.
+ */
+export function recipientsFrom(accounts: { listKeys(accountId: string): Promise<KeyInfo[]> }, now: () => number = Date.now): RecipientResolver {
+  return async (accountId, to) => {
+    const keys = (await accounts.listKeys(accountId)).filter(
+      (k) => k.type !== 'test' && k.revoked_at === null && (k.expires_at === null || Date.parse(k.expires_at) > now()),
+    );
+    if (UUID.test(to)) return keys.find((k) => k.key_id === to.toLowerCase())?.key_id ?? null;
+    const agents = keys.filter((k) => k.type === 'agent' && k.name === to);
+    return (agents.find((k) => k.replaced_by_key_id === null) ?? agents[0])?.key_id ?? null;
+  };
+}
+
+/** ctx.passports for one call (the runner builds it when the call has an account and Redis is there). */
+export function passportsFor(
+  deps: { redis: Redis; config: Config; accounts: { listKeys(accountId: string): Promise<KeyInfo[]> }; log?: Pick<Logger, 'warn'> },
+  scope: PassportScope,
+): PassportApi {
+  return new PassportService({ redis: deps.redis, config: deps.config, log: deps.log, resolveRecipient: recipientsFrom(deps.accounts) }).forCaller(scope);
+}
