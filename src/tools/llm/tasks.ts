@@ -1,12 +1,22 @@
+import type { FoldClusterInput, FoldClusterOutput } from './b-cluster.js';
+import type { PassagesInput, PassagesOutput } from './b-passages.js';
+
 /**
  * The llm family's CPU tasks for the sandbox pool (see src/sandbox/tasks.ts): parsing caller-chosen
  * content runs in a thread, never on the worker's event loop. Add `name: { input; output }` here and the
  * module that exports the function below; a thread imports only that module.
  */
-// eslint-disable-next-line @typescript-eslint/no-empty-interface
-export interface LlmTaskTypes {}
+export interface LlmTaskTypes {
+  /** idea_fold: stemmed TF-IDF, cosine, average-linkage clustering of the caller's ideas. */
+  idea_fold_cluster: { input: FoldClusterInput; output: FoldClusterOutput };
+  /** genius_plus: fetched pages cut into passages, scored by BM25+ and chosen within a token budget. */
+  genius_plus_passages: { input: PassagesInput; output: PassagesOutput };
+}
 
 const EXT = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
 export const moduleUrl = (path: string) => new URL(`${path}${EXT}`, import.meta.url).href;
 
-export const LLM_TASKS: { [K in keyof LlmTaskTypes]: { module: string; export: string } } = {};
+export const LLM_TASKS: { [K in keyof LlmTaskTypes]: { module: string; export: string } } = {
+  idea_fold_cluster: { module: moduleUrl('./b-cluster'), export: 'foldClusterTask' },
+  genius_plus_passages: { module: moduleUrl('./b-passages'), export: 'selectPassagesTask' },
+};

@@ -1,0 +1,160 @@
+import { createRequire } from 'node:module';
+import { z } from 'zod';
+import { AppError } from '../../errors.js';
+import type { LlmApi, LlmMeta, ToolContext } from '../types.js';
+
+/**
+ * What the language-model tools of group B (mind_opener, idea_fold, hints_parade, genius_plus,
+ * skeptic_pov) share: the `meta` every result carries (usage summed over several model calls), word
+ * sets for similarity, whitespace-normalised verbatim matching, and bounded concurrency. Pure module:
+ * no side effects at load, so sandbox threads may import it.
+ */
+
+export const UsageSchema = z.object({
+  prompt_tokens: z.number().int().min(0),
+  completion_tokens: z.number().int().min(0),
+  total_tokens: z.number().int().min(0),
+});
+
+export const MetaSchema = z.object({
+  model: z.string(),
+  usage: UsageSchema.nullable(),
+  prompt_version: z.string(),
+});
+
+/**
+ * One `meta` for a result built from several model calls: the model of the first call (they all go to
+ * LLM_MODEL), usage summed over the calls that reported it (null when none did), and the tool's prompt
+ * version.
+ */
+export function mergeMeta(metas: readonly LlmMeta[], promptVersion: string, fallbackModel: string): LlmMeta {
+  let usage: LlmMeta['usage'] = null;
+  for (const m of metas) {
+    if (!m.usage) continue;
+    usage ??= { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+    usage.prompt_tokens += m.usage.prompt_tokens;
+    usage.completion_tokens += m.usage.completion_tokens;
+    usage.total_tokens += m.usage.total_tokens;
+  }
+  return { model: metas[0]?.model ?? fallbackModel, usage, prompt_version: promptVersion };
+}
+
+/** ctx.llm, or 503 when the tool runs without it (admission checks `needs` first; direct calls may not). */
+export function llmOf(ctx: ToolContext, tool: string): LlmApi {
+  if (!ctx.llm) throw new AppError('tool_unavailable', `${tool} needs a language-model upstream: set LLM_BASE_URL. Nothing was charged.`, { needs: ['llm'] });
+  return ctx.llm;
+}
+
+/** The model's reply passed its schema but not a check the schema cannot express: 503, uncharged, no fallback. */
+export function unusableReply(tool: string, why: string): AppError {
+  return new AppError('tool_unavailable', `language-model upstream failed: its ${tool} reply was unusable (${why})`, {}, { retryable: false });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Words
+
+/** English stop words, left out of similarity (the same list the text tools use for scoring). */
+export const STOP_WORDS: ReadonlySet<string> = new Set(
+  (
+    'a an and are as at be been being but by can could did do does doing for from had has have having he her hers him his how i if in into is it its ' +
+    'itself just me more most my no nor not of off on once only or other our ours out over own same she should so some such than that the their theirs them ' +
+    'then there these they this those through to too under until up very was we were what when where which while who whom why will with would you your yours'
+  ).split(' '),
+);
+
+// wink-eng-lite-web-model (a dependency) ships the Porter2 stemmer as a standalone CommonJS file.
+const stemWord = createRequire(import.meta.url)('wink-eng-lite-web-model/dist/porter-stemmer.js') as (word: string) => string;
+
+/** Lower-cased, stemmed content words of a text, in order (stop words and one-character words left out). */
+export function stems(text: string): string[] {
+  const out: string[] = [];
+  const re = /[\p{L}\p{N}]+(?:['’][\p{L}]+)*/gu;
+  for (let m = re.exec(text); m; m = re.exec(text)) {
+    const w = m[0].toLowerCase().replace(/’/g, "'");
+    if (w.length < 2 || STOP_WORDS.has(w)) continue;
+    out.push(/^\p{N}+$/u.test(w) ? w : stemWord(w));
+  }
+  return out;
+}
+
+/** Jaccard similarity of two sets (0 when both are empty). */
+export function jaccard(a: ReadonlySet<string>, b: ReadonlySet<string>): number {
+  if (a.size === 0 && b.size === 0) return 0;
+  let shared = 0;
+  const [small, big] = a.size <= b.size ? [a, b] : [b, a];
+  for (const x of small) if (big.has(x)) shared++;
+  return shared / (a.size + b.size - shared);
+}
+
+export function round(x: number, digits = 3): number {
+  const f = 10 ** digits;
+  return Math.round(x * f) / f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verbatim matching
+
+/**
+ * Where `needle` occurs in `haystack` once runs of white space in both are taken as one space (and the
+ * needle is trimmed): the span of the first occurrence in `haystack`'s own offsets, or null. Case and
+ * punctuation must match. An empty needle matches nothing.
+ */
+export function findVerbatim(haystack: string, needle: string): { start: number; end: number } | null {
+  const want = needle.normalize('NFC').replace(/\s+/g, ' ').trim();
+  if (!want) return null;
+  const exact = haystack.indexOf(want);
+  if (exact >= 0) return { start: exact, end: exact + want.length };
+  // Collapse the haystack's white space, remembering where each kept character came from.
+  const src = haystack.normalize('NFC');
+  let flat = '';
+  const from: number[] = [];
+  let inSpace = false;
+  for (let i = 0; i < src.length; i++) {
+    const c = src[i]!;
+    if (/\s/.test(c)) {
+      if (!inSpace) {
+        flat += ' ';
+        from.push(i);
+      }
+      inSpace = true;
+    } else {
+      flat += c;
+      from.push(i);
+      inSpace = false;
+    }
+  }
+  const at = flat.indexOf(want);
+  if (at < 0) return null;
+  // NFC may have changed lengths; offsets then refer to the normalised text, which is what was compared.
+  return { start: from[at]!, end: from[at + want.length - 1]! + 1 };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concurrency
+
+/**
+ * Maps with at most `limit` calls in flight. Every call is awaited before the first failure is thrown,
+ * so nothing keeps running (and recording usage) after the handler has given up.
+ */
+export async function mapSettled<T, R>(items: readonly T[], limit: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array(items.length);
+  type Failure = { error: unknown; index: number };
+  const state: { failure: Failure | null } = { failure: null };
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      if (state.failure) return; // all or nothing: do not start more calls after one failed
+      try {
+        results[i] = await fn(items[i]!, i);
+      } catch (error) {
+        // (Read afresh: another worker may have failed while this call was awaited.)
+        const prior = state.failure as Failure | null;
+        if (!prior || i < prior.index) state.failure = { error, index: i };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker));
+  if (state.failure) throw state.failure.error;
+  return results;
+}
