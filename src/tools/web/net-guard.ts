@@ -5,7 +5,7 @@
  * redirect it. Every connection the pinned agent makes must have been vetted first.
  */
 import type { LookupAddress, LookupOptions } from 'node:dns';
-import { isIP } from 'node:net';
+import { isIP, type Socket } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { Agent, buildConnector } from 'undici';
 import type { Config } from '../../config.js';
@@ -231,7 +231,13 @@ export class PinnedAgent {
   private readonly pins = new Map<string, ResolvedAddress[]>();
   private readonly connectors = new Map<string, buildConnector.connector>();
 
-  constructor(opts: { connectTimeoutMs: number }) {
+  /**
+   * `rejectUnauthorized: false` connects to TLS peers whose certificate does not verify (the socket's
+   * `authorized` and `authorizationError` still say so), for tools that report on certificates rather
+   * than read through them. `onSocket` sees each new socket before it connects (deploy_verify times the
+   * phases and reads the peer certificate from it). Neither changes which addresses are reached.
+   */
+  constructor(opts: { connectTimeoutMs: number; rejectUnauthorized?: boolean; onSocket?: (socket: Socket, key: string) => void }) {
     const connect: buildConnector.connector = (options, callback) => {
       const port = Number(options.port) || (options.protocol === 'https:' ? 443 : 80);
       const key = `${options.hostname}:${port}`;
@@ -241,10 +247,15 @@ export class PinnedAgent {
       }
       let connector = this.connectors.get(key);
       if (!connector) {
-        connector = buildConnector({ timeout: opts.connectTimeoutMs, lookup: this.lookupFor(key) });
+        connector = buildConnector({
+          timeout: opts.connectTimeoutMs,
+          lookup: this.lookupFor(key),
+          ...(opts.rejectUnauthorized === false ? { rejectUnauthorized: false } : {}),
+        });
         this.connectors.set(key, connector);
       }
-      connector(options, callback);
+      const socket = connector(options, callback) as unknown as Socket | undefined;
+      if (socket && opts.onSocket) opts.onSocket(socket, key);
     };
     this.dispatcher = new Agent({ connect });
   }
