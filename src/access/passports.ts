@@ -129,6 +129,9 @@ export interface PassportScope {
 /** Finds the key a delivery goes to, inside one account; null when there is none that may receive. */
 export type RecipientResolver = (accountId: string, to: string) => Promise<string | null>;
 
+/** The keys a key replaced through rotations (its predecessors), oldest or newest in any order. */
+export type PredecessorResolver = (accountId: string, keyId: string) => Promise<string[]>;
+
 // --- keys -----------------------------------------------------------------------------------------
 
 let processKey: Buffer | null = null;
@@ -208,8 +211,29 @@ redis.call('PEXPIREAT', KEYS[1], top[2])
 return 1
 `;
 
+/**
+ * Moves the inboxes of rotated-away keys into their replacement's, keeping the latest expiry of each.
+ * KEYS: destination, sources...
+ */
+const MERGE = `
+local moved = 0
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('ZUNIONSTORE', KEYS[1], 2, KEYS[1], KEYS[i], 'AGGREGATE', 'MAX')
+    redis.call('DEL', KEYS[i])
+    moved = moved + 1
+  end
+end
+if moved > 0 then
+  local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if top[2] then redis.call('PEXPIREAT', KEYS[1], top[2]) end
+end
+return moved
+`;
+
 type Scripted = Redis & {
   tgPassportAdd(set: string, record: string, ...argv: Array<string | number | Buffer>): Promise<number>;
+  tgPassportMerge(numKeys: number, ...keys: string[]): Promise<number>;
 };
 
 // --- the service ----------------------------------------------------------------------------------
@@ -220,6 +244,8 @@ export interface PassportDeps {
   log?: Pick<Logger, 'warn'>;
   /** Needed by send; without it every recipient but `self` is not found. */
   resolveRecipient?: RecipientResolver;
+  /** Keys the caller's key replaced (rotation): their inboxes move into the caller's on `inbox`. */
+  predecessors?: PredecessorResolver;
   /** Clock (ms); tests move it. */
   now?: () => number;
 }
@@ -257,6 +283,7 @@ export class PassportService {
   constructor(private readonly deps: PassportDeps) {
     const r: Redis = deps.redis;
     if (!('tgPassportAdd' in r)) r.defineCommand('tgPassportAdd', { numberOfKeys: 2, lua: ADD });
+    if (!('tgPassportMerge' in r)) r.defineCommand('tgPassportMerge', { lua: MERGE });
     this.redis = r as Scripted;
     this.now = deps.now ?? Date.now;
   }
@@ -410,6 +437,9 @@ export class PassportService {
     if (!scope.callerKeyId) throw new AppError('forbidden', 'An inbox belongs to a key; call with an API key');
     const ns = this.namespace(scope);
     const set = `${ns}:inbox:${scope.callerKeyId}`;
+    // A rotated key's replacement inherits what was delivered to the key it replaced.
+    const before = this.deps.predecessors ? await this.deps.predecessors(scope.accountId, scope.callerKeyId) : [];
+    if (before.length) await this.redis.tgPassportMerge(before.length + 1, set, ...before.map((k) => `${ns}:inbox:${k}`));
     const { handles: ids, total, next } = await this.page(set, opts);
     if (!ids.length) return { deliveries: [], total, next_cursor: next };
     const records = await this.redis.mget(...ids.map((d) => `${ns}:d:${d}`));
@@ -520,26 +550,58 @@ export class PassportService {
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
+type KeyLister = { listKeys(accountId: string): Promise<KeyInfo[]> };
+
 /**
  * Recipients from the account's keys (AccountsRepo.listKeys): a key id, or an agent key's name (the
- * newest live one when a rotation leaves two). Revoked and expired keys, and sandbox (test) keys, whose
- * passports live in a namespace of their own, cannot receive.
+ * newest live one when a rotation leaves two). A rotated key's id reaches its replacement. Revoked and
+ * expired keys, and sandbox (test) keys, whose passports live in a namespace of their own, cannot receive.
  */
-export function recipientsFrom(accounts: { listKeys(accountId: string): Promise<KeyInfo[]> }, now: () => number = Date.now): RecipientResolver {
+export function recipientsFrom(accounts: KeyLister, now: () => number = Date.now): RecipientResolver {
   return async (accountId, to) => {
-    const keys = (await accounts.listKeys(accountId)).filter(
-      (k) => k.type !== 'test' && k.revoked_at === null && (k.expires_at === null || Date.parse(k.expires_at) > now()),
-    );
-    if (UUID.test(to)) return keys.find((k) => k.key_id === to.toLowerCase())?.key_id ?? null;
-    const agents = keys.filter((k) => k.type === 'agent' && k.name === to);
+    const all = await accounts.listKeys(accountId);
+    const live = (k: KeyInfo) => k.type !== 'test' && k.revoked_at === null && (k.expires_at === null || Date.parse(k.expires_at) > now());
+    if (UUID.test(to)) {
+      const byId = new Map(all.map((k) => [k.key_id, k]));
+      let k = byId.get(to.toLowerCase());
+      // Follow rotations to the key in use now (a revoked key is never followed).
+      for (let hops = 0; k && k.revoked_at === null && k.replaced_by_key_id && !live(k) && hops < 32; hops++) k = byId.get(k.replaced_by_key_id);
+      return k && live(k) ? k.key_id : null;
+    }
+    const agents = all.filter((k) => live(k) && k.type === 'agent' && k.name === to);
     return (agents.find((k) => k.replaced_by_key_id === null) ?? agents[0])?.key_id ?? null;
+  };
+}
+
+/** The keys `keyId` replaced, through any number of rotations. */
+export function predecessorsFrom(accounts: KeyLister): PredecessorResolver {
+  return async (accountId, keyId) => {
+    const all = await accounts.listKeys(accountId);
+    const found = new Set<string>([keyId]);
+    for (let grew = true; grew; ) {
+      grew = false;
+      for (const k of all) {
+        if (k.replaced_by_key_id && found.has(k.replaced_by_key_id) && !found.has(k.key_id)) {
+          found.add(k.key_id);
+          grew = true;
+        }
+      }
+    }
+    found.delete(keyId);
+    return [...found];
   };
 }
 
 /** ctx.passports for one call (the runner builds it when the call has an account and Redis is there). */
 export function passportsFor(
-  deps: { redis: Redis; config: Config; accounts: { listKeys(accountId: string): Promise<KeyInfo[]> }; log?: Pick<Logger, 'warn'> },
+  deps: { redis: Redis; config: Config; accounts: KeyLister; log?: Pick<Logger, 'warn'> },
   scope: PassportScope,
 ): PassportApi {
-  return new PassportService({ redis: deps.redis, config: deps.config, log: deps.log, resolveRecipient: recipientsFrom(deps.accounts) }).forCaller(scope);
+  return new PassportService({
+    redis: deps.redis,
+    config: deps.config,
+    log: deps.log,
+    resolveRecipient: recipientsFrom(deps.accounts),
+    predecessors: predecessorsFrom(deps.accounts),
+  }).forCaller(scope);
 }

@@ -213,4 +213,17 @@ describe('passport_send', () => {
     // A sandbox send is checked like a real one.
     expect((await send({ to: randomUUID(), content: 'x' }, test.apiKey)).statusCode).toBe(404);
   });
+
+  it("a rotated agent's replacement key finds what was sent to the old key in its inbox; the agent's name reaches the replacement", async () => {
+    const b = await account();
+    const bot = await h.key(b.accountId, 'agent', 'courier');
+    const before = ok('passport_send', await send({ to: bot.keyId, content: 'sent before the rotation' }, b.apiKey));
+    const rotated = await h.request({ method: 'POST', url: `/keys/${bot.keyId}/rotate`, headers: { authorization: `Bearer ${b.apiKey}` } });
+    expect(rotated.statusCode, rotated.body).toBe(201);
+    const fresh = json(rotated) as { key_id: string; api_key: string };
+    const after = ok('passport_send', await send({ to: 'courier', content: 'sent after' }, b.apiKey));
+    expect(after.to_key_id).toBe(fresh.key_id);
+    const inbox = ok('passport_store', await store({ action: 'inbox' }, fresh.api_key));
+    expect(inbox.deliveries.map((d: any) => d.delivery_id).sort()).toEqual([before.delivery_id, after.delivery_id].sort());
+  });
 });

@@ -4,7 +4,7 @@ import { inject } from 'vitest';
 import { connectRedis, deleteByPrefix, type Redis } from '../../src/queue/redis.js';
 import { ConfigError } from '../../src/config.js';
 import { isAppError } from '../../src/errors.js';
-import { PassportService, passportKey, recipientsFrom, type PassportDeps, type PassportScope } from '../../src/access/passports.js';
+import { PassportService, passportKey, predecessorsFrom, recipientsFrom, type PassportDeps, type PassportScope } from '../../src/access/passports.js';
 import type { KeyInfo } from '../../src/db/accounts-repo.js';
 
 /** The passport service against a real Redis, each test under its own random prefix. */
@@ -29,7 +29,7 @@ function service(over: Partial<PassportDeps['config']> = {}, deps: Partial<Passp
   return { svc: new PassportService({ redis, config, ...deps }), prefix, config };
 }
 
-const scope = (accountId = randomUUID(), callerKeyId: string | null = randomUUID(), sandbox = false): PassportScope => ({ accountId, callerKeyId, sandbox });
+const scope = (accountId: string = randomUUID(), callerKeyId: string | null = randomUUID(), sandbox = false): PassportScope => ({ accountId, callerKeyId, sandbox });
 
 async function code(p: Promise<unknown>): Promise<string> {
   try {
@@ -329,5 +329,43 @@ describe('recipientsFrom', () => {
     expect(await resolve('acct', 'gone')).toBeNull();
     expect(await resolve('acct', 'tester')).toBeNull();
     expect(await resolve('acct', randomUUID())).toBeNull();
+  });
+
+  it("a rotated key's id reaches its replacement once it has expired (through several rotations); a revoked one does not", async () => {
+    const k3 = key({ name: 'bot' });
+    const k2 = key({ name: 'bot', expires_at: new Date(now - 10).toISOString(), replaced_by_key_id: k3.key_id });
+    const k1 = key({ name: 'bot', expires_at: new Date(now - 20).toISOString(), replaced_by_key_id: k2.key_id });
+    const r2 = key({ name: 'x' });
+    const r1 = key({ name: 'x', revoked_at: new Date(now - 1).toISOString(), replaced_by_key_id: r2.key_id });
+    const accounts = { listKeys: async () => [k3, k2, k1, r2, r1] };
+    const resolve = recipientsFrom(accounts, () => now);
+    expect(await resolve('acct', k1.key_id)).toBe(k3.key_id);
+    expect(await resolve('acct', k2.key_id)).toBe(k3.key_id);
+    expect(await resolve('acct', r1.key_id)).toBeNull();
+    expect((await predecessorsFrom(accounts)('acct', k3.key_id)).sort()).toEqual([k1.key_id, k2.key_id].sort());
+    expect(await predecessorsFrom(accounts)('acct', k1.key_id)).toEqual([]);
+  });
+});
+
+describe('rotation', () => {
+  it("a replacement key's inbox takes over what was delivered to the keys it replaced, with its TTL", async () => {
+    const accountId = randomUUID();
+    const [oldKey, midKey, newKey, sender] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
+    const { svc, prefix } = service({}, {
+      resolveRecipient: async (_a, to) => to,
+      predecessors: async (_a, k) => (k === newKey ? [oldKey, midKey] : []),
+    });
+    const from = scope(accountId, sender);
+    const d1 = await svc.send(from, { to: oldKey, content: 'one', ttl_s: 300 });
+    const d2 = await svc.send(from, { to: midKey, content: 'two', ttl_s: 600 });
+    const d3 = await svc.send(from, { to: newKey, content: 'three', ttl_s: 120 });
+    const inbox = await svc.inbox(scope(accountId, newKey));
+    expect(inbox.deliveries.map((d) => d.delivery_id)).toEqual([d3.delivery_id, d1.delivery_id, d2.delivery_id]);
+    const set = `${prefix}:pp:${accountId}:inbox:${newKey}`;
+    expect(await redis.exists(`${prefix}:pp:${accountId}:inbox:${oldKey}`)).toBe(0);
+    const pttl = await redis.pttl(set);
+    expect(pttl).toBeGreaterThan(590_000);
+    expect(pttl).toBeLessThanOrEqual(600_000);
+    expect((await svc.inbox(scope(accountId, newKey))).total).toBe(3);
   });
 });
