@@ -236,6 +236,19 @@ describe.each(cases)('$name', (c) => {
   });
 });
 
+describe('catalogue', () => {
+  it('GET /tools/{name} shows each tool with its input and output JSON Schemas, needs and progress', async () => {
+    for (const t of llmToolsA) {
+      const res = await h.request({ method: 'GET', url: `/tools/${t.name}`, headers: { authorization: `Bearer ${acct.apiKey}` } });
+      expect(res.statusCode, t.name).toBe(200);
+      const d = json(res);
+      expect(d).toMatchObject({ name: t.name, family: 'llm', price_cents: t.priceCents, q_field: t.qField, needs: ['llm'], progress: true });
+      expect(d.output_schema.properties.meta, t.name).toBeDefined();
+      expect(Object.keys(d.input_schema.properties), t.name).toContain(t.qField);
+    }
+  });
+});
+
 describe('json_object mode and admission', () => {
   it('LLM_STRUCTURED=json_object: the request uses json_object, the schema rides in the instructions, the reply is validated', async () => {
     const h2 = await startHarness({ LLM_BASE_URL: llm.baseURL, LLM_STRUCTURED: 'json_object', DNS_SERVERS: dns.address, DNS_TIMEOUT_MS: '500' }, { workers: ['llm'] });

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { defineTool, type ToolContext, type ToolDns } from '../types.js';
-import { errorCode } from '../web/resolver.js';
+import { UNREACHABLE_CODES, errorCode } from '../web/resolver.js';
 import { LlmMetaSchema, META_OUTPUT, clean, llmOf, unusableReply } from './a-common.js';
 
 /**
@@ -19,6 +19,8 @@ const MAX_DESCRIPTION_CHARS = 8_000;
 const MAX_TOKENS = 2_500;
 /** DNS lookups at once for one call. */
 const DNS_PARALLEL = 8;
+/** Resolver failures (timeout, refused) after which the rest of a call's lookups are skipped as unknown. */
+const DNS_DOWN_AFTER = 2;
 
 export const DOMAIN_NOTE =
   'resolves:true means the domain exists in DNS (taken). resolves:false means DNS said NXDOMAIN: the domain is likely unregistered, ' +
@@ -92,15 +94,20 @@ export function domainLabel(name: string): string | null {
 
 /** What DNS says about one domain: true (exists), false (NXDOMAIN), null (unknown). */
 export async function probeDomain(dns: ToolDns, domain: string, signal: AbortSignal): Promise<boolean | null> {
+  return (await probe(dns, domain, signal)).resolves;
+}
+
+/** `unreachable`: the resolver itself did not answer (timeout, refused), as opposed to a per-name failure. */
+async function probe(dns: ToolDns, domain: string, signal: AbortSignal): Promise<{ resolves: boolean | null; unreachable: boolean }> {
   try {
     await dns.query('NS', domain, signal);
-    return true;
+    return { resolves: true, unreachable: false };
   } catch (e) {
     if (signal.aborted) throw signal.reason instanceof AppError ? signal.reason : e;
     const code = errorCode(e);
-    if (code === 'ENOTFOUND') return false;
-    if (code === 'ENODATA') return true; // the name exists, just without NS at this label
-    return null;
+    if (code === 'ENOTFOUND') return { resolves: false, unreachable: false };
+    if (code === 'ENODATA') return { resolves: true, unreachable: false }; // the name exists, just without NS at this label
+    return { resolves: null, unreachable: UNREACHABLE_CODES.has(code) };
   }
 }
 
@@ -123,7 +130,11 @@ export function pickNames(v: ModelNames, count: number): Array<{ name: string; r
   return out;
 }
 
-/** Looks every distinct domain up (DNS_PARALLEL at once), reporting `resolving` progress. */
+/**
+ * Looks every distinct domain up (DNS_PARALLEL at once), reporting `resolving` progress. Once the
+ * resolver has failed to answer DNS_DOWN_AFTER times, it is taken as down: the remaining domains are
+ * reported unknown (null) without waiting for each to time out.
+ */
 export async function checkDomains(ctx: ToolContext, domains: string[]): Promise<Map<string, boolean | null>> {
   const results = new Map<string, boolean | null>();
   const dns = ctx.dns;
@@ -133,12 +144,18 @@ export async function checkDomains(ctx: ToolContext, domains: string[]): Promise
   }
   let next = 0;
   let done = 0;
+  let unreachable = 0;
   const total = domains.length;
   await ctx.progress({ stage: 'resolving', done: 0, total, unit: 'lookups' });
   const worker = async () => {
     while (next < domains.length) {
       const d = domains[next++]!;
-      results.set(d, await probeDomain(dns, d, ctx.signal));
+      if (unreachable >= DNS_DOWN_AFTER) results.set(d, null);
+      else {
+        const r = await probe(dns, d, ctx.signal);
+        if (r.unreachable) unreachable += 1;
+        results.set(d, r.resolves);
+      }
       done += 1;
       await ctx.progress({ stage: 'resolving', done, total, unit: 'lookups' });
     }

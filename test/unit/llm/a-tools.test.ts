@@ -239,19 +239,37 @@ describe('name_it DNS signals', () => {
     expect(await probeDomain(dns, 'broken.com', signal)).toBeNull();
   });
 
-  it('a resolver that is down gives null (unknown), never false', async () => {
+  it('a resolver that is down gives null (unknown), never false, and is given up on after two failures', async () => {
+    let queries = 0;
     const down: ToolDns = {
       query: async (_t, name) => {
+        queries += 1;
         throw new DnsError('ECONNREFUSED', name);
       },
       lookupAddresses: async (name) => {
         throw new DnsError('ETIMEOUT', name);
       },
     };
-    fake.enqueue({ type: 'json', value: (body: any) => ({ names: [{ name: dataBlocksOf(body).description!.split(' ')[0]!, rationale: 'first word' }] }) });
-    const { ctx } = contextFor({}, { dns: down });
-    const out = await run<any>(nameIt, { description: 'Zorblat tools for gardeners', count: 3 }, ctx);
-    expect(out.names).toEqual([{ name: 'Zorblat', rationale: 'first word', label: 'zorblat', domains: [{ domain: 'zorblat.com', resolves: null }] }]);
+    fake.enqueue({
+      type: 'json',
+      value: (body: any) => ({ names: dataBlocksOf(body).description!.split(' ').map((w) => ({ name: w, rationale: `from ${w}` })) }),
+    });
+    const { ctx, progress } = contextFor({}, { dns: down });
+    const out = await run<any>(nameIt, { description: 'Zorblat Quix Vember Tolo Prand', count: 5, tlds: ['com', 'net', 'org'] }, ctx);
+    expect(out.names[0]).toEqual({
+      name: 'Zorblat',
+      rationale: 'from Zorblat',
+      label: 'zorblat',
+      domains: [
+        { domain: 'zorblat.com', resolves: null },
+        { domain: 'zorblat.net', resolves: null },
+        { domain: 'zorblat.org', resolves: null },
+      ],
+    });
+    expect(out.names.flatMap((n: any) => n.domains.map((d: any) => d.resolves))).toEqual(Array(15).fill(null));
+    // Eight lookups were already under way when the resolver was judged down; the other seven were skipped.
+    expect(queries).toBe(8);
+    expect(progress.filter((p) => p.stage === 'resolving').at(-1)).toMatchObject({ done: 15, total: 15 });
   });
 });
 
