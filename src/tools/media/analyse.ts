@@ -65,7 +65,11 @@ const FILLER = new Set(
     'go goes went make makes made say says said see look looking want wanted let lets let\'s come take put also even still much many ' +
     'way kind sort one two three first next now then here there today thank thanks guys everybody everyone people time little bit ' +
     'good great need use using used can\'t don\'t doesn\'t didn\'t isn\'t it\'s that\'s there\'s i\'m you\'re we\'re they\'re i\'ve you\'ve ' +
-    'we\'ve i\'ll you\'ll we\'ll what\'s here\'s he\'s she\'s music applause laughter'
+    'we\'ve i\'ll you\'ll we\'ll what\'s here\'s he\'s she\'s music applause laughter ' +
+    'every each before after because always never often usually sometimes maybe probably really quite rather almost already ' +
+    'another around away back best better big different done else enough ever few find found give given gives keep keeps ' +
+    'last least less long new old part place point same show shows small start starts sure tell try trying turn want ways ' +
+    'whole whether yet able across along among upon without within while since though although unless until toward towards'
   ).split(' '),
 );
 
@@ -108,7 +112,8 @@ export function videoIntelTask(input: IntelInput): IntelOutput {
   }
   const hasTranscript = transcript.trim().length > 0;
   const allWords = hasTranscript ? words(transcript).length : 0;
-  const lastEnd = texts.length ? Math.max(...starts.map((s, i) => s + (input.durs[i] ?? 0))) : 0;
+  let lastEnd = 0;
+  for (let i = 0; i < starts.length; i++) lastEnd = Math.max(lastEnd, starts[i]! + (input.durs[i] ?? 0));
   const duration = input.duration_s && input.duration_s > 0 ? input.duration_s : lastEnd > 0 ? lastEnd : null;
 
   const units = hasTranscript ? unitsOf(transcript, offsets, starts) : [];
@@ -142,7 +147,16 @@ export function videoIntelTask(input: IntelInput): IntelOutput {
   let summarySource: IntelOutput['summary_source'] = 'none';
   if (units.length) {
     summarySource = 'transcript';
-    const top = [...ranks.keys()].sort((a, b) => ranks[b]! - ranks[a]! || a - b).slice(0, input.summary_sentences);
+    // The best-ranked units, a repeated one only once, in the order they were said.
+    const seen = new Set<string>();
+    const top: number[] = [];
+    for (const i of [...ranks.keys()].sort((a, b) => ranks[b]! - ranks[a]! || a - b)) {
+      if (top.length >= input.summary_sentences) break;
+      const key = words(units[i]!.text).map((w) => w.word).join(' ');
+      if (seen.has(key)) continue;
+      seen.add(key);
+      top.push(i);
+    }
     summary = clip(
       top
         .sort((a, b) => a - b)
@@ -268,8 +282,8 @@ function add(into: Vector, v: Vector): Vector {
  * Lexical segmentation (TextTiling, Hearst 1997): units are grouped into blocks of about BLOCK_WORDS
  * words; at each gap between blocks the vocabulary of the two blocks before is compared (cosine) with
  * that of the two after; a gap's depth is how far its similarity sits below the nearest peaks on
- * either side. The deepest gaps above mean − sd/2 become boundaries, deepest first, as long as every
- * chapter lasts at least max(30 s, duration / 15); at most MAX_CHAPTERS chapters. A chapter's title is
+ * either side. The deepest gaps above mean + sd/2 become boundaries, deepest first, as long as every
+ * chapter lasts at least max(60 s, duration / 10); at most MAX_CHAPTERS chapters. A chapter's title is
  * its three most distinctive terms (TF-IDF against the other chapters); its summary its best-ranked
  * unit. A short transcript (under MIN_SEGMENT_WORDS words) is one chapter.
  */
@@ -313,9 +327,9 @@ function segmentChapters(units: Unit[], ranks: Float64Array, duration: number | 
     });
     const mean = depths.reduce((a, b) => a + b, 0) / depths.length;
     const sd = Math.sqrt(depths.reduce((a, b) => a + (b - mean) ** 2, 0) / depths.length);
-    const cutoff = mean - sd / 2;
+    const cutoff = mean + sd / 2;
     const end = duration ?? units[units.length - 1]!.time;
-    const minLength = Math.max(30, end / 15);
+    const minLength = Math.max(60, end / 10);
     const order = depths.map((d, i) => i).sort((a, b) => depths[b]! - depths[a]! || a - b);
     const times = [0, end];
     for (const gap of order) {
