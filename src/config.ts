@@ -178,6 +178,8 @@ export const ConfigSchema = z
     YOUTUBE_BASE_URL: optionalUrl,
     /** The user agent grabr_* tools fetch as, and whose rules they honour in robots.txt. */
     GRABR_USER_AGENT: z.string().min(1).max(200).default('TollgateGrabr/0.1'),
+    /** grabr_sitemap: largest size of one sitemap once gunzipped (a gzip bomb stops here, 422 or a source error). */
+    GRABR_SITEMAP_MAX_BYTES: int(20 * 1024 * 1024, 1024, 100_000_000),
     /** An RDAP service's base URL (e.g. https://rdap.org) for grabr_intel's registration data; unset = skipped. */
     RDAP_BASE_URL: optionalUrl,
     /** Per-call caps of the guarded fetch the web and media tools share (page_fetch keeps FETCH_MAX_BYTES). */
