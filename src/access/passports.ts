@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ConfigError, type Config } from '../config.js';
 import { AppError } from '../errors.js';
@@ -124,6 +124,12 @@ export interface PassportScope {
   /** The caller's key (production, agent, sub or test key id). */
   callerKeyId: string | null;
   sandbox: boolean;
+  /**
+   * The call's job id. A job that runs again (a retry, or a redelivery after a worker died) derives the
+   * same handle and delivery id from it, so it overwrites what its earlier run stored instead of
+   * storing a second passport or delivering twice. Absent: random ids.
+   */
+  callId?: string;
 }
 
 /** Finds the key a delivery goes to, inside one account; null when there is none that may receive. */
@@ -186,13 +192,15 @@ function open(key: Buffer, blob: Buffer, aad: string): Buffer | null {
  * Adds one member to a capped sorted set of expiries and writes its record, atomically.
  * KEYS: set, record   ARGV: now, expiresAt, cap, member, recordPrefix, kind ('hash'|'string'), field1, value1 [, field2, value2]
  * Drops expired members first; when still at the cap, drops members whose record is gone (deleted,
- * or evicted under memory pressure) before refusing. Returns 1, or 0 at the cap.
+ * or evicted under memory pressure) before refusing. A member already present is rewritten (its
+ * record and expiry) without counting again. Returns 1, or 0 at the cap.
  */
 const ADD = `
 local now = tonumber(ARGV[1])
 local cap = tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= cap then
+-- A member already there (a job run again) is rewritten, not counted twice.
+if not redis.call('ZSCORE', KEYS[1], ARGV[4]) and redis.call('ZCARD', KEYS[1]) >= cap then
   local members = redis.call('ZRANGE', KEYS[1], 0, -1)
   for _, m in ipairs(members) do
     if redis.call('EXISTS', ARGV[5] .. m) == 0 then redis.call('ZREM', KEYS[1], m) end
@@ -310,6 +318,17 @@ export class PassportService {
     return passportKey(this.deps.config, this.deps.log);
   }
 
+  /**
+   * A new handle or delivery id: random, or, for a call with a job id, an HMAC of it under
+   * PASSPORT_KEY (as unguessable as a random one to anyone without the key, and the same on every run
+   * of that job).
+   */
+  private id(scope: PassportScope, prefix: string, bytes: number, purpose: string): string {
+    if (!scope.callId) return newId(prefix, bytes);
+    const mac = createHmac('sha256', this.key()).update(`${this.namespace(scope)}|${scope.callId}|${purpose}`).digest();
+    return prefix + mac.subarray(0, bytes).toString('base64url');
+  }
+
   async put(scope: PassportScope, input: { content: string; label?: string | null; ttl_s?: number }): Promise<PassportPut> {
     const { meta, data } = this.prepare(scope, input);
     const ns = this.namespace(scope);
@@ -346,7 +365,7 @@ export class PassportService {
     const ttl = clampTtl(input.ttl_s);
     const now = this.now();
     const ns = this.namespace(scope);
-    const handle = newId('pp_', 24);
+    const handle = this.id(scope, 'pp_', 24, 'handle');
     const meta: PassportMeta = {
       handle,
       label,
@@ -520,7 +539,7 @@ export class PassportService {
       expiresMs = Date.parse(put.expires_at);
       created = true;
     }
-    const deliveryId = newId('dl_', 16);
+    const deliveryId = this.id(scope, 'dl_', 16, 'delivery');
     const result: SendResult = { delivery_id: deliveryId, handle, to_key_id: toKeyId, expires_at: iso(expiresMs) };
     // Sandbox keys: checked like a real send, but nothing is stored or delivered.
     if (scope.sandbox) return { ...result, dry_run: true };

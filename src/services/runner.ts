@@ -174,7 +174,7 @@ export class ToolRunner {
           ...(this.deps.redis && accountId
             ? { store: accountStore(this.deps.redis, this.deps.config.REDIS_PREFIX, { accountId, sandbox: data.sandbox, tool: tool.name }) }
             : {}),
-          ...(this.deps.redis && accountId ? { passports: passportsFor({ redis: this.deps.redis, config, accounts: this.deps.accounts, log }, { accountId, callerKeyId: data.keyId, sandbox: data.sandbox }) } : {}),
+          ...(this.deps.redis && accountId ? { passports: passportsFor({ redis: this.deps.redis, config, accounts: this.deps.accounts, log }, { accountId, callerKeyId: data.keyId, sandbox: data.sandbox, callId: job.id }) } : {}),
           recordUsage,
           isolate: (task, payload) => sandbox.runTask(task, payload, { ...sandboxCall, label: `${tool.name}/${task}` }),
         };

@@ -347,6 +347,28 @@ describe('recipientsFrom', () => {
   });
 });
 
+describe('a job that runs again', () => {
+  it('derives the same handle and delivery id from its job id: one passport, one delivery, even at the cap', async () => {
+    const { svc } = service({ PASSPORTS_PER_ACCOUNT: 1 }, { resolveRecipient: async (_a, to) => to });
+    const accountId = randomUUID();
+    const recipient = randomUUID();
+    const run = { ...scope(accountId), callId: '1234' };
+    const first = await svc.send(run, { to: recipient, content: 'once' });
+    const again = await svc.send(run, { to: recipient, content: 'once' });
+    expect(again.handle).toBe(first.handle);
+    expect(again.delivery_id).toBe(first.delivery_id);
+    expect(first.handle).toMatch(/^pp_[A-Za-z0-9_-]{32}$/);
+    expect(first.delivery_id).toMatch(/^dl_[A-Za-z0-9_-]{22}$/);
+    expect((await svc.list(run)).total).toBe(1);
+    expect((await svc.inbox(scope(accountId, recipient))).total).toBe(1);
+    expect((await svc.get(run, first.handle)).content).toBe('once');
+    // Another job is a new passport (refused here: the cap is 1); another account derives another handle.
+    expect(await code(svc.put({ ...run, callId: '1235' }, { content: 'twice' }))).toBe('limit_exceeded');
+    const elsewhere = await svc.put({ ...scope(), callId: '1234' }, { content: 'once' });
+    expect(elsewhere.handle).not.toBe(first.handle);
+  });
+});
+
 describe('rotation', () => {
   it("a replacement key's inbox takes over what was delivered to the keys it replaced, with its TTL", async () => {
     const accountId = randomUUID();
