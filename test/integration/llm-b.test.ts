@@ -227,6 +227,38 @@ describe('genius_plus', () => {
   });
 });
 
+describe('catalogue and streaming', () => {
+  it('GET /tools/{name} shows each tool with its output JSON Schema, needs and progress', async () => {
+    for (const t of llmToolsB) {
+      const res = await h.request({ method: 'GET', url: `/tools/${t.name}`, headers: { authorization: `Bearer ${acct.apiKey}` } });
+      expect(res.statusCode, t.name).toBe(200);
+      const d = json(res);
+      expect(d).toMatchObject({ name: t.name, family: 'llm', price_cents: t.priceCents, q_field: t.qField, needs: t.needs, progress: true });
+      expect(d.output_schema.properties.meta, t.name).toBeDefined();
+    }
+  });
+
+  it('hints_parade streams each persona\'s tokens and a per-persona count before the result', async () => {
+    const base = await h.app.listen({ port: 0, host: '127.0.0.1' });
+    const res = await fetch(`${base}/`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${acct.apiKey}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+      body: JSON.stringify({ stream: true, m: 'hints_parade', q: 'Our build takes 40 minutes.' }),
+    });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    const events = [...text.matchAll(/event: (\w+)\ndata: (.*)\n/g)].map((m) => ({ type: m[1]!, data: JSON.parse(m[2]!) }));
+    const result = events.findIndex((e) => e.type === 'result');
+    expect(result).toBeGreaterThan(0);
+    const before = events.slice(0, result).filter((e) => e.type === 'progress').map((e) => e.data);
+    // Default: all eight personas, each streaming its own stage, then counted.
+    expect(new Set(before.filter((p) => p.delta !== undefined).map((p) => p.stage)).size).toBe(8);
+    expect(before.filter((p) => p.stage === 'personas').map((p) => p.done)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    expect(llm.requests).toHaveLength(8);
+    expect(tool('hints_parade').outputSchema!.safeParse(events[result]!.data.result).success).toBe(true);
+  });
+});
+
 describe('admission without upstreams', () => {
   it('unset LLM_BASE_URL (and SEARCH_BASE_URL): every group-B tool is 503 at admission, nothing charged, no upstream asked', async () => {
     const h2 = await startHarness({}, { workers: [] });
