@@ -7,7 +7,7 @@ import { MetaSchema, findVerbatim, llmOf, unusableReply } from './b-common.js';
  * objection aimed at a quote from the claim. Code checks every quote: `anchored` is true only when the
  * quote occurs verbatim in the claim (white space runs count as one space; case and punctuation must
  * match), and then `start`/`end` locate it. Code orders the objections (severity, then the model's
- * order), numbers them, and keeps at most `max_objections`.
+ * order), keeps the first `max_objections` (so a surplus drops the least severe) and numbers them.
  */
 
 const TOOL = 'skeptic_pov';
@@ -105,8 +105,8 @@ export const skepticPov = defineTool({
     const objections = value.objections
       .map((o, i) => ({ ...o, i, target_quote: o.target_quote.trim(), objection: o.objection.trim(), test: o.test.trim() }))
       .filter((o) => o.objection)
-      .slice(0, max)
       .sort((a, b) => rank(a.severity) - rank(b.severity) || a.i - b.i)
+      .slice(0, max)
       .map((o, k) => {
         const at = findVerbatim(claim, o.target_quote);
         return {

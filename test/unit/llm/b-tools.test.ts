@@ -239,10 +239,11 @@ describe('skeptic_pov', () => {
       value: (body: any) => ({
         steelman: 'Rust services use less CPU.',
         objections: [
+          // The least severe first: with max_objections 3, it is the one left out.
+          { target_quote: dataBlocksOf(body).claim!.slice(0, 10), severity: 'low', objection: 'Fourth.', test: 't' },
           { target_quote: 'cut our cloud bill by 70%', severity: 'medium', objection: 'No measurement.', test: 'Profile the bill.' },
           { target_quote: 'Rust is  faster\nthan Python', severity: 'critical', objection: 'Speed is not cost.', test: 'Benchmark.' },
           { target_quote: 'Rust is always cheaper', severity: 'high', objection: 'Invented quote.', test: 'Read the claim.' },
-          { target_quote: dataBlocksOf(body).claim!.slice(0, 10), severity: 'low', objection: 'Fourth.', test: 't' },
         ],
         assumptions: ['The bill is CPU-bound'],
         verdict: 'unproven',
