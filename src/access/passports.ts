@@ -424,17 +424,19 @@ export class PassportService {
       if (m) passports.push(m);
       else gone.push(h);
     });
-    if (gone.length) await this.dropGone(`${ns}:idx`, ns, gone, 'p');
-    return { passports, total: total - gone.length, next_cursor: next };
+    // Gone ones leave the index; unreadable ones (sealed under another PASSPORT_KEY) still count until they expire.
+    const dropped = gone.length ? await this.dropGone(`${ns}:idx`, ns, gone, 'p') : 0;
+    return { passports, total: total - dropped, next_cursor: next };
   }
 
   /** Removes index members whose record no longer exists (an unreadable one stays: it still counts). */
-  private async dropGone(set: string, ns: string, members: string[], kind: 'p' | 'd'): Promise<void> {
+  private async dropGone(set: string, ns: string, members: string[], kind: 'p' | 'd'): Promise<number> {
     const pipe = this.redis.pipeline();
     for (const m of members) pipe.exists(`${ns}:${kind}:${m}`);
     const rows = (await pipe.exec()) ?? [];
     const missing = members.filter((_, i) => rows[i]?.[1] === 0);
     if (missing.length) await this.redis.zrem(set, ...missing);
+    return missing.length;
   }
 
   /** One page of a sorted set of expiries: live members, soonest expiry first. */
