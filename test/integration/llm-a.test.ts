@@ -19,7 +19,7 @@ let acct: TestAccount;
 
 beforeAll(async () => {
   llm = await startFakeOpenAI();
-  dns = await startFakeDns({ 'quillfox.com': { NS: ['ns1.registrar.test'] } });
+  dns = await startFakeDns({ com: { NS: ['a.gtld.test'] }, io: { NS: ['a.nic.test'] }, 'quillfox.com': { NS: ['ns1.registrar.test'] } });
   h = await startHarness({ LLM_BASE_URL: llm.baseURL, LLM_MODEL: 'fake-model', DNS_SERVERS: dns.address, DNS_TIMEOUT_MS: '500' }, { workers: ['llm'] });
   base = await h.app.listen({ port: 0, host: '127.0.0.1' });
   acct = await h.account('pro', 1000);
@@ -131,6 +131,7 @@ const cases: Case[] = [
           ],
         },
       ]);
+      expect(r.tlds_not_in_dns).toEqual([]);
       expect(r.domain_note).toMatch(/likely unregistered, NOT confirmed available/);
     },
   },

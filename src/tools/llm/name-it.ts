@@ -11,7 +11,8 @@ import { LlmMetaSchema, META_OUTPUT, clean, llmOf, unusableReply } from './a-com
  * - `resolves: true`: the name exists in DNS (it answered, with or without NS records): registered.
  * - `resolves: false`: NXDOMAIN, the name is not in DNS: LIKELY UNREGISTERED, NOT confirmed available
  *   (registered-but-undelegated, reserved and premium names also look like this; ask a registrar).
- * - `resolves: null`: unknown (resolver timed out, refused or failed).
+ * - `resolves: null`: unknown (resolver timed out, refused or failed, or the TLD itself is not in DNS:
+ *   each requested TLD is looked up too, and one that is NXDOMAIN is listed in `tlds_not_in_dns`).
  */
 
 export const PROMPT_VERSION = 'name_it/1';
@@ -76,6 +77,7 @@ export const NameItOutput = z.object({
     .min(1)
     .max(20),
   tlds: z.array(z.string()).min(1).max(5),
+  tlds_not_in_dns: z.array(z.string()).describe('Requested TLDs that DNS says do not exist (NXDOMAIN); their domains are reported unknown (null).'),
   domain_note: z.string(),
   meta: LlmMetaSchema,
 });
@@ -111,15 +113,21 @@ async function probe(dns: ToolDns, domain: string, signal: AbortSignal): Promise
   }
 }
 
+/** "Brewbuddy.com" -> "Brewbuddy" when the suffix is ".com" or a requested TLD (the model was told not to add one). */
+function withoutTld(name: string, tlds: readonly string[]): string {
+  const m = /^(.+)\.([A-Za-z]{2,63})$/.exec(name);
+  return m && ['com', ...tlds].includes(m[2]!.toLowerCase()) ? m[1]! : name;
+}
+
 /** Model reply -> up to `count` distinct names (case-insensitive, and by label), in model order. */
-export function pickNames(v: ModelNames, count: number): Array<{ name: string; rationale: string; label: string | null }> {
+export function pickNames(v: ModelNames, count: number, tlds: readonly string[] = []): Array<{ name: string; rationale: string; label: string | null }> {
   const seenName = new Set<string>();
   const seenLabel = new Set<string>();
   const out: Array<{ name: string; rationale: string; label: string | null }> = [];
   for (const n of v.names) {
     const name = clean(n.name);
     if (!name) continue;
-    const label = domainLabel(name);
+    const label = domainLabel(withoutTld(name, tlds));
     const key = name.toLowerCase();
     if (seenName.has(key) || (label && seenLabel.has(label))) continue;
     seenName.add(key);
@@ -178,7 +186,7 @@ export const nameIt = defineTool({
   qField: 'description',
   needs: ['llm'],
   progress: true,
-  output: `{names[{name, rationale, label, domains[{domain, resolves: true|false|null}]}], tlds, domain_note, ${META_OUTPUT}}`,
+  output: `{names[{name, rationale, label, domains[{domain, resolves: true|false|null}]}], tlds, tlds_not_in_dns, domain_note, ${META_OUTPUT}}`,
   outputSchema: NameItOutput,
   handler: async (input, ctx): Promise<NameItResult> => {
     const { value, meta } = await llmOf(ctx, 'name_it').structured({
@@ -193,16 +201,20 @@ export const nameIt = defineTool({
       maxTokens: MAX_TOKENS,
       temperature: 0.8,
     });
-    const names = pickNames(value, input.count);
+    const names = pickNames(value, input.count, input.tlds);
     if (!names.length) throw unusableReply('name_it', 'no names');
     const domains = [...new Set(names.flatMap((n) => (n.label ? input.tlds.map((t) => `${n.label}.${t}`) : [])))];
-    const found = await checkDomains(ctx, domains);
+    // The TLDs themselves are looked up too: under a TLD that is not in DNS, NXDOMAIN says nothing.
+    const found = await checkDomains(ctx, [...input.tlds, ...domains]);
+    const missingTlds = input.tlds.filter((t) => found.get(t) === false);
+    const resolves = (tld: string, domain: string) => (missingTlds.includes(tld) ? null : (found.get(domain) ?? null));
     return {
       names: names.map((n) => ({
         ...n,
-        domains: n.label ? input.tlds.map((t) => ({ domain: `${n.label}.${t}`, resolves: found.get(`${n.label}.${t}`) ?? null })) : [],
+        domains: n.label ? input.tlds.map((t) => ({ domain: `${n.label}.${t}`, resolves: resolves(t, `${n.label}.${t}`) })) : [],
       })),
       tlds: input.tlds,
+      tlds_not_in_dns: missingTlds,
       domain_note: DOMAIN_NOTE,
       meta,
     };

@@ -19,6 +19,8 @@ let dnsServer: FakeDnsServer;
 beforeAll(async () => {
   fake = await startFakeOpenAI();
   dnsServer = await startFakeDns({
+    com: { NS: ['a.gtld.test'] },
+    io: { NS: ['a.nic.test'] },
     'taken.com': { NS: ['ns1.host.test'] },
     'taken.io': { A: ['192.0.2.1'] }, // exists, no NS: NODATA
     'broken.com': { rcode: 2 }, // SERVFAIL
@@ -159,6 +161,7 @@ describe('rules computed in code', () => {
     expect(domainLabel('Ship.it!')).toBe('shipit');
     expect(domainLabel('東京')).toBeNull();
     expect(domainLabel('a'.repeat(70))).toHaveLength(63);
+    expect(pickNames({ names: [{ name: 'Ship.it', rationale: '' }, { name: 'Mugly.io', rationale: '' }] }, 3, ['it']).map((n) => n.label)).toEqual(['ship', 'muglyio']);
     const picked = pickNames({ names: [{ name: 'Brew Buddy', rationale: 'r' }, { name: 'brewbuddy', rationale: 'same label' }, { name: ' ', rationale: '' }, { name: 'Mug Pal', rationale: 'r2' }] }, 3);
     expect(picked).toEqual([
       { name: 'Brew Buddy', rationale: 'r', label: 'brewbuddy' },
@@ -267,9 +270,28 @@ describe('name_it DNS signals', () => {
       ],
     });
     expect(out.names.flatMap((n: any) => n.domains.map((d: any) => d.resolves))).toEqual(Array(15).fill(null));
-    // Eight lookups were already under way when the resolver was judged down; the other seven were skipped.
+    expect(out.tlds_not_in_dns).toEqual([]);
+    // Eight lookups (3 TLDs, 5 domains) were already under way when the resolver was judged down; the other ten were skipped.
     expect(queries).toBe(8);
-    expect(progress.filter((p) => p.stage === 'resolving').at(-1)).toMatchObject({ done: 15, total: 15 });
+    expect(progress.filter((p) => p.stage === 'resolving').at(-1)).toMatchObject({ done: 18, total: 18 });
+  });
+
+  it('a TLD that is not in DNS makes its domains unknown, not "likely unregistered"', async () => {
+    fake.enqueue({ type: 'json', value: (body: any) => ({ names: [{ name: `${dataBlocksOf(body).description}.com`, rationale: 'suffix stripped' }] }) });
+    const dns = createResolver({ DNS_SERVERS: [dnsServer.address], DNS_TIMEOUT_MS: 500 });
+    const out = await run<any>(nameIt, { description: 'Vorplex', tlds: ['com', 'zz'] }, contextFor({}, { dns }).ctx);
+    expect(out.names).toEqual([
+      {
+        name: 'Vorplex.com',
+        rationale: 'suffix stripped',
+        label: 'vorplex',
+        domains: [
+          { domain: 'vorplex.com', resolves: false },
+          { domain: 'vorplex.zz', resolves: null },
+        ],
+      },
+    ]);
+    expect(out.tlds_not_in_dns).toEqual(['zz']);
   });
 });
 
@@ -368,9 +390,10 @@ describe('handlers against the fake upstream', () => {
     ]);
     expect(out.domain_note).toBe(DOMAIN_NOTE);
     expect(out.domain_note).toMatch(/NOT confirmed available/);
-    expect(dnsServer.queries.filter((q) => q.startsWith('NS ')).sort()).toEqual(['NS freenamexyz.com', 'NS freenamexyz.io', 'NS taken.com', 'NS taken.io']);
+    expect(out.tlds_not_in_dns).toEqual([]);
+    expect(dnsServer.queries.filter((q) => q.startsWith('NS ')).sort()).toEqual(['NS com', 'NS freenamexyz.com', 'NS freenamexyz.io', 'NS io', 'NS taken.com', 'NS taken.io']);
     const resolving = progress.filter((p) => p.stage === 'resolving');
-    expect(resolving.at(-1)).toMatchObject({ done: 4, total: 4, unit: 'lookups' });
+    expect(resolving.at(-1)).toMatchObject({ done: 6, total: 6, unit: 'lookups' });
     // Tokens first, then the lookups.
     expect(progress.findIndex((p) => p.stage === 'resolving')).toBeGreaterThan(progress.findIndex((p) => p.stage === 'generating'));
     expect(nameIt.outputSchema!.safeParse(out).success).toBe(true);
