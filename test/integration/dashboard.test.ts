@@ -3,11 +3,12 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chromium, type Browser } from 'playwright-core';
 import { startHarness, json, type Harness } from '../helpers/harness.js';
+import { FAMILIES } from '../../src/config.js';
 
 // Debian's chromium, never a downloaded browser. CI (.ci/run) installs it; missing, these tests fail.
 const CHROMIUM = '/usr/bin/chromium';
 const TOKEN = 'dashboard-test-token-3f9a1c';
-const QUEUES = ['tools-core', 'tools-web', 'tools-llm', 'tools-edge', 'tools-text', 'tools-math'];
+const QUEUES = FAMILIES.map((f) => `tools-${f}`);
 
 const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}`;
 

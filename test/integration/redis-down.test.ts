@@ -114,8 +114,8 @@ describe('GET /health and workers', () => {
       expect(res.statusCode).toBe(503);
       const body = json(res);
       expect(body).toMatchObject({ status: 'degraded', checks: { redis: 'ok', postgres: 'ok' }, workers: 'off' });
-      expect(body.worker_counts).toEqual({ core: 0, web: 0, llm: 0, edge: 0, text: 0, math: 0 });
-      expect(body.down).toEqual(['workers:core', 'workers:web', 'workers:llm', 'workers:edge', 'workers:text', 'workers:math']);
+      expect(body.worker_counts).toEqual({ core: 0, web: 0, llm: 0, edge: 0, text: 0, math: 0, media: 0 });
+      expect(body.down).toEqual(['workers:core', 'workers:web', 'workers:llm', 'workers:edge', 'workers:text', 'workers:math', 'workers:media']);
 
       // A core-only worker process on the same Redis prefix (as `npm run start:worker -- --family core`).
       const { createContainer } = await import('../../src/container.js');
@@ -123,7 +123,7 @@ describe('GET /health and workers', () => {
       try {
         const ok = await api.request({ method: 'GET', url: '/health' });
         expect(ok.statusCode).toBe(200);
-        expect(json(ok)).toMatchObject({ status: 'ok', worker_counts: { core: 1, web: 0, llm: 0, edge: 0, text: 0, math: 0 } });
+        expect(json(ok)).toMatchObject({ status: 'ok', worker_counts: { core: 1, web: 0, llm: 0, edge: 0, text: 0, math: 0, media: 0 } });
       } finally {
         await worker.close();
       }
