@@ -227,4 +227,26 @@ describe('passport_send', () => {
     const inbox = ok('passport_store', await store({ action: 'inbox' }, fresh.api_key));
     expect(inbox.deliveries.map((d: any) => d.delivery_id).sort()).toEqual([before.delivery_id, after.delivery_id].sort());
   });
+
+  it('a sub-key sends from its own key id and has its own inbox; a revoked key cannot receive', async () => {
+    const b = await account();
+    const created = await h.request({
+      method: 'POST',
+      url: '/subkeys/create',
+      headers: { authorization: `Bearer ${b.apiKey}`, 'content-type': 'application/json' },
+      payload: { name: 'worker', monthly_limit: 500, allowed_tools: ['passport_store', 'passport_send'] },
+    });
+    expect(created.statusCode, created.body).toBe(201);
+    const sub = json(created) as { key_id: string; api_key: string };
+    const toSub = ok('passport_send', await send({ to: sub.key_id, content: 'for the sub-key' }, b.apiKey));
+    const subInbox = ok('passport_store', await store({ action: 'inbox' }, sub.api_key));
+    expect(subInbox.deliveries.map((d: any) => d.delivery_id)).toEqual([toSub.delivery_id]);
+    const back = ok('passport_send', await send({ to: b.keyId, handle: toSub.handle }, sub.api_key));
+    expect(ok('passport_store', await store({ action: 'inbox' }, b.apiKey)).deliveries).toEqual([
+      expect.objectContaining({ delivery_id: back.delivery_id, from_key_id: sub.key_id, handle: toSub.handle }),
+    ]);
+    const gone = await h.key(b.accountId, 'agent', 'retired');
+    await h.admin.revokeKey(gone.keyId);
+    for (const to of [gone.keyId, 'retired']) expect((await send({ to, content: 'x' }, b.apiKey)).statusCode).toBe(404);
+  });
 });
