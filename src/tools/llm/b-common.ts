@@ -100,33 +100,48 @@ export function round(x: number, digits = 3): number {
  * punctuation must match. An empty needle matches nothing.
  */
 export function findVerbatim(haystack: string, needle: string): { start: number; end: number } | null {
-  const want = needle.normalize('NFC').replace(/\s+/g, ' ').trim();
-  if (!want) return null;
-  const exact = haystack.indexOf(want);
-  if (exact >= 0) return { start: exact, end: exact + want.length };
-  // Collapse the haystack's white space, remembering where each kept character came from.
-  const src = haystack.normalize('NFC');
-  let flat = '';
+  return verbatimIndex(haystack)(needle);
+}
+
+/**
+ * findVerbatim for many needles in one haystack: the white-space-collapsed copy is built once, so each
+ * lookup is one indexOf (genius_plus checks every citation against a page of up to 100,000 characters).
+ */
+export function verbatimIndex(haystack: string): (needle: string) => { start: number; end: number } | null {
+  let flat: { text: string; from: number[] } | null = null;
+  return (needle) => {
+    const want = needle.normalize('NFC').replace(/\s+/g, ' ').trim();
+    if (!want) return null;
+    const exact = haystack.indexOf(want);
+    if (exact >= 0) return { start: exact, end: exact + want.length };
+    flat ??= collapse(haystack.normalize('NFC'));
+    const at = flat.text.indexOf(want);
+    if (at < 0) return null;
+    // NFC may have changed lengths; offsets then refer to the normalised text, which is what was compared.
+    return { start: flat.from[at]!, end: flat.from[at + want.length - 1]! + 1 };
+  };
+}
+
+/** The text with each run of white space as one space, and where each kept character came from. */
+function collapse(src: string): { text: string; from: number[] } {
+  const parts: string[] = [];
   const from: number[] = [];
   let inSpace = false;
   for (let i = 0; i < src.length; i++) {
     const c = src[i]!;
     if (/\s/.test(c)) {
       if (!inSpace) {
-        flat += ' ';
+        parts.push(' ');
         from.push(i);
       }
       inSpace = true;
     } else {
-      flat += c;
+      parts.push(c);
       from.push(i);
       inSpace = false;
     }
   }
-  const at = flat.indexOf(want);
-  if (at < 0) return null;
-  // NFC may have changed lengths; offsets then refer to the normalised text, which is what was compared.
-  return { start: from[at]!, end: from[at + want.length - 1]! + 1 };
+  return { text: parts.join(''), from };
 }
 
 // ---------------------------------------------------------------------------------------------

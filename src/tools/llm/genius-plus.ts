@@ -3,7 +3,7 @@ import { AppError, isAppError } from '../../errors.js';
 import { runTask } from '../../sandbox/tasks.js';
 import { normalisePlainText } from '../web/extract.js';
 import { defineTool, type SearchHit, type ToolContext } from '../types.js';
-import { MetaSchema, findVerbatim, llmOf, unusableReply } from './b-common.js';
+import { MetaSchema, llmOf, unusableReply, verbatimIndex } from './b-common.js';
 
 /**
  * genius_plus: an answer grounded in live sources, with citations checked in code.
@@ -16,6 +16,7 @@ import { MetaSchema, findVerbatim, llmOf, unusableReply } from './b-common.js';
  * 4. The model answers with numbered citations `{n, quote}`. Code assigns each its source URL and
  *    checks the quote verbatim (white space runs as one space) against that source's whole fetched
  *    text: `verified`. A quote under MIN_QUOTE characters, or naming no source, is never verified.
+ *    The first MAX_CITATIONS distinct citations are kept, ordered by source number.
  */
 
 const TOOL = 'genius_plus';
@@ -24,6 +25,8 @@ const ANSWER_TOKENS = 2_500;
 /** Tokens kept for the instructions, delimiters and per-source headers. */
 const PROMPT_OVERHEAD_TOKENS = 1_200;
 const MIN_QUOTE = 8;
+/** Citations kept (the first ones the model gave); more would only repeat the answer's sources. */
+const MAX_CITATIONS = 50;
 const PAGE_MAX_BYTES = 2_000_000;
 const PAGE_TIMEOUT_MS = 12_000;
 const MIN_TEXT_CHARS = 40;
@@ -143,7 +146,7 @@ export const geniusPlus = defineTool({
     await ctx.progress({ stage: 'verifying' });
     const answer = value.answer.trim();
     if (!answer) throw unusableReply(TOOL, 'an empty answer');
-    const byN = new Map(sources.map((s) => [s.n, s]));
+    const byN = new Map(sources.map((s) => [s.n, { ...s, find: verbatimIndex(s.text) }]));
     const seen = new Set<string>();
     const citations = value.citations
       .map((c, i) => ({ n: c.n, quote: c.quote.trim(), i }))
@@ -153,10 +156,11 @@ export const geniusPlus = defineTool({
         seen.add(key);
         return true;
       })
+      .slice(0, MAX_CITATIONS)
       .sort((a, b) => a.n - b.n || a.i - b.i)
       .map(({ n, quote }) => {
         const source = byN.get(n);
-        const verified = source !== undefined && quote.replace(/\s+/g, ' ').length >= MIN_QUOTE && findVerbatim(source.text, quote) !== null;
+        const verified = source !== undefined && quote.replace(/\s+/g, ' ').length >= MIN_QUOTE && source.find(quote) !== null;
         return { n, url: source?.url ?? null, quote, verified };
       });
     return {
