@@ -5,7 +5,8 @@ import { LlmMetaSchema, META_OUTPUT, clean, cleanList, llmOf, unusableReply } fr
 
 /**
  * price_it: price tiers from the model, unit economics from code. The model proposes tiers (name,
- * price, rationale) and anchoring tactics; code rounds each price to cents, drops negative or
+ * price, rationale) and anchoring tactics; code rounds each price half-up to the currency's minor unit
+ * (cents; whole yen), drops negative or
  * duplicate-named tiers, orders tiers by price (ties in model order), and computes with decimal.js:
  * - margin_pct = (price - unit_cost) / price * 100, rounded half-up to 4 decimal places
  *   (cost 10 at price 25 is exactly 60); null at price 0;
@@ -37,7 +38,7 @@ export const PriceItModelSchema = z.object({
 type ModelPrices = z.infer<typeof PriceItModelSchema>;
 
 const Amount = z
-  .union([z.number(), z.string().trim().regex(/^\d+(?:\.\d+)?$/, 'a non-negative decimal such as "12.50"')])
+  .union([z.number(), z.string().trim().regex(/^\d{1,13}(?:\.\d{1,6})?$/, 'a non-negative decimal such as "12.50" (at most 6 decimal places)')])
   .refine((v) => typeof v === 'string' || (Number.isFinite(v) && v >= 0), 'a non-negative, finite amount')
   .refine((v) => new Dec(v).lte(MAX_AMOUNT), `at most ${MAX_AMOUNT}`);
 
@@ -102,11 +103,21 @@ function median(sorted: Decimal[]): Decimal {
   return sorted.length % 2 ? sorted[mid]! : sorted[mid - 1]!.plus(sorted[mid]!).div(2);
 }
 
+/** Decimal places of the currency's minor unit (JPY 0, USD 2, KWD 3); 2 when Intl does not know it. */
+export function minorUnits(currency: string): number {
+  try {
+    return new Intl.NumberFormat('en', { style: 'currency', currency }).resolvedOptions().maximumFractionDigits ?? 2;
+  } catch {
+    return 2;
+  }
+}
+
 /** Model reply + caller figures -> result (without meta). */
 export function buildPricing(v: ModelPrices, input: Pick<PriceItIn, 'currency' | 'unit_cost' | 'fixed_costs' | 'competitor_prices'>): Omit<PriceItResult, 'meta'> {
   const seen = new Set<string>();
+  const places = minorUnits(input.currency);
   const tiers = v.tiers
-    .map((t, i) => ({ i, name: clean(t.name), rationale: clean(t.rationale), price: Number.isFinite(t.price) ? new Dec(t.price).toDecimalPlaces(2) : null }))
+    .map((t, i) => ({ i, name: clean(t.name), rationale: clean(t.rationale), price: Number.isFinite(t.price) ? new Dec(t.price).toDecimalPlaces(places, Decimal.ROUND_HALF_UP) : null }))
     .filter((t): t is typeof t & { price: Decimal } => {
       if (!t.name || t.price === null || t.price.isNegative() || t.price.gt(MAX_AMOUNT)) return false;
       const key = t.name.toLowerCase();

@@ -196,6 +196,11 @@ describe('rules computed in code', () => {
     expect(out.economics.find((e) => e.tier === 'Basic')).toEqual({ tier: 'Basic', price: 25, unit_cost: 10, unit_margin: 15, margin_pct: 60, break_even_units: 2000 });
     expect(out.anchors).toEqual(['Show Pro first']);
     expect(out.competitors).toEqual({ count: 4, min: 20, median: 32.5, max: 40 });
+    // Prices are rounded to the currency's minor unit: whole yen.
+    const jpy = buildPricing({ tiers: [{ name: 'A', price: 1500.5, rationale: '' }], anchors: [] }, PriceItInput.parse({ product: 'p', currency: 'JPY', unit_cost: 1000 }));
+    expect(jpy.tiers[0]!.price).toBe(1501);
+    expect(jpy.economics[0]).toMatchObject({ unit_margin: 501, margin_pct: 33.3777, break_even_units: 0 });
+    expect(PriceItInput.safeParse({ product: 'p', unit_cost: '1.1234567' }).success).toBe(false);
   });
 
   it('intent_to_spec: ids R1.. and N1.. in model order, empties dropped, Markdown escaped', () => {
