@@ -66,7 +66,7 @@ export interface FakeYoutube {
   requests: FakeYoutubeRequest[];
   videos: Map<string, FakeVideo>;
   add(video: FakeVideo): FakeVideo;
-  /** Answer every request with this status until set back to null. */
+  /** Answer every request with this status until set back to null (429 with Retry-After: 30). */
   failWith: number | null;
   /** Requests for captions (path /api/timedtext). */
   captionRequests(): FakeYoutubeRequest[];
@@ -185,7 +185,7 @@ export async function startFakeYoutube(): Promise<FakeYoutube> {
     const params = Object.fromEntries(u.searchParams.entries());
     fake.requests.push({ path: u.pathname, params, headers: req.headers });
     if (fake.failWith !== null) {
-      res.writeHead(fake.failWith, { 'content-type': 'text/html' }).end('<html><body>Something went wrong</body></html>');
+      res.writeHead(fake.failWith, { 'content-type': 'text/html', ...(fake.failWith === 429 ? { 'retry-after': '30' } : {}) }).end('<html><body>Something went wrong</body></html>');
       return;
     }
     if (u.pathname === '/watch') {

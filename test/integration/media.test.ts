@@ -101,7 +101,7 @@ describe('grabr_transcript through the service', () => {
     await uncharged(acct.accountId, 1000, 0);
   });
 
-  it('the site answering 500 (track, then page): 503, uncharged', async () => {
+  it('the site answering 500 (track, then page) or 429: 503, uncharged', async () => {
     const acct = await h.account('enterprise', 1000);
     const track = await h.call('grabr_transcript', { video: 'brokentrack' }, acct.apiKey);
     expect(track.statusCode).toBe(503);
@@ -111,6 +111,12 @@ describe('grabr_transcript through the service', () => {
       const page = await h.call('grabr_transcript', { video: 'queuetalk01' }, acct.apiKey);
       expect(page.statusCode).toBe(503);
       expect(json(page).error).toMatchObject({ code: 'tool_unavailable', upstream_status: 500 });
+      // Rate limited: the site's Retry-After reaches the caller.
+      yt.failWith = 429;
+      const limited = await h.call('grabr_transcript', { video: 'queuetalk01' }, acct.apiKey);
+      expect(limited.statusCode).toBe(503);
+      expect(json(limited).error).toMatchObject({ code: 'tool_unavailable', upstream_status: 429, retry_after: 30 });
+      expect(limited.headers['retry-after']).toBe('30');
     } finally {
       yt.failWith = null;
     }

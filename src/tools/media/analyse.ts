@@ -73,7 +73,7 @@ const FILLER = new Set(
   ).split(' '),
 );
 
-/** Characters of text that compromise reads for entities (it takes about a second per 100k). */
+/** Characters of text that compromise reads for entities (about 2 s per 100k); past it, chunks spread over the whole text. */
 export const MAX_ENTITY_CHARS = 120_000;
 const MAX_ENTITIES = 30;
 const MAX_CHAPTERS = 12;
@@ -140,7 +140,7 @@ export function videoIntelTask(input: IntelInput): IntelOutput {
   const docs = hasTranscript ? documentsOf(units, chapters) : [[input.title, input.description, input.tags.join(' ')].join('\n')];
   const keywords = rankKeywords(docs, input.title, `${input.description}\n${input.tags.join(' ')}`, input.max_keywords);
 
-  const entityText = [input.title, input.description, transcript].filter(Boolean).join('\n').slice(0, MAX_ENTITY_CHARS);
+  const entityText = [input.title, input.description, transcript].filter(Boolean).join('\n');
   const entities = findEntities(entityText);
 
   let summary = '';
@@ -488,13 +488,21 @@ function rankKeywordsPerDoc(docs: string[], n: number): string[][] {
 function findEntities(text: string): IntelEntity[] {
   const found = new Map<string, { forms: Map<string, number>; types: Map<EntityType, number>; count: number; first: number }>();
   const spans = splitSentences(text);
-  let order = 0;
+  const chunks: Array<[number, number]> = [];
   for (let k = 0; k < spans.length; ) {
     const from = spans[k]!.start;
     let to = spans[k]!.end;
     k++;
     while (k < spans.length && spans[k]!.end - from <= 2_000) to = spans[k++]!.end;
-    const chunk = text.slice(from, Math.min(to, from + 4_000));
+    chunks.push([from, Math.min(to, from + 4_000)]);
+  }
+  // Past the budget, chunks spread evenly over the whole text (the first, with the title and description, always).
+  const total = chunks.reduce((n, [a, b]) => n + b - a, 0);
+  const take = total > MAX_ENTITY_CHARS ? Math.max(1, Math.floor((chunks.length * MAX_ENTITY_CHARS) / total)) : chunks.length;
+  let order = 0;
+  for (let j = 0; j < take; j++) {
+    const c = Math.floor((j * chunks.length) / take);
+    const chunk = text.slice(chunks[c]![0], chunks[c]![1]);
     if (!/\p{Lu}/u.test(chunk)) continue;
     const doc = nlp(chunk);
     const groups: Array<[EntityType, { out(f: string): string[] }]> = [

@@ -116,7 +116,7 @@ function baseOf(ctx: ToolContext): URL {
 }
 
 /** GET with the call's signal, WEB_FETCH_TIMEOUT_MS and a byte cap; no redirects. */
-async function get(url: URL, what: string, maxBytes: number, ctx: ToolContext): Promise<{ status: number; body: Buffer }> {
+async function get(url: URL, what: string, maxBytes: number, ctx: ToolContext): Promise<{ status: number; body: Buffer; retryAfter: number | null }> {
   const timeoutMs = ctx.config.WEB_FETCH_TIMEOUT_MS;
   const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(timeoutMs)]);
   try {
@@ -144,7 +144,8 @@ async function get(url: URL, what: string, maxBytes: number, ctx: ToolContext): 
       }
       chunks.push(chunk);
     }
-    return { status: res.statusCode, body: Buffer.concat(chunks) };
+    const retryAfter = String(res.headers['retry-after'] ?? '');
+    return { status: res.statusCode, body: Buffer.concat(chunks), retryAfter: /^\d{1,5}$/.test(retryAfter) ? Number(retryAfter) : null };
   } catch (e) {
     if (e instanceof AppError) throw e;
     if (ctx.signal.aborted) throw new AppError('timeout', `The call was stopped while the video site sent the ${what}`);
@@ -153,8 +154,9 @@ async function get(url: URL, what: string, maxBytes: number, ctx: ToolContext): 
   }
 }
 
-function statusError(status: number, what: string): AppError {
-  if (status === 429) return unavailable(`the site is rate limiting (429 for the ${what})`, { upstream_status: status });
+/** The site's refusal as 503; a 429's Retry-After (seconds) is passed on as `retry_after` (and the Retry-After header). */
+function statusError(status: number, what: string, retryAfter: number | null = null): AppError {
+  if (status === 429) return unavailable(`the site is rate limiting (429 for the ${what})`, { upstream_status: status, ...(retryAfter !== null ? { retry_after: retryAfter } : {}) });
   if (status >= 300 && status < 400) return unavailable(`the ${what} redirected (${status}); redirects are not followed`, { upstream_status: status });
   return unavailable(`the ${what} answered ${status}`, { upstream_status: status });
 }
@@ -167,7 +169,7 @@ export async function loadVideo(videoId: string, ctx: ToolContext): Promise<Load
   await ctx.progress({ stage: 'fetching', message: 'watch page', done: 0, total: 3 });
   const page = await get(url, 'watch page', MAX_PAGE_BYTES, ctx);
   if (page.status === 404 || page.status === 410) throw new AppError('not_found', `No video ${videoId} on the video site`, { video_id: videoId });
-  if (page.status !== 200) throw statusError(page.status, 'watch page');
+  if (page.status !== 200) throw statusError(page.status, 'watch page', page.retryAfter);
   await ctx.progress({ stage: 'parsing', message: 'watch page', done: 1, total: 3 });
   const parsed = await runTask(ctx, 'yt_watch_page', { body: page.body });
   if (!parsed.found) throw unavailable('the watch page has no player response (a consent or bot-check page, or a layout this service does not read)', { reason: 'page_layout' });
@@ -239,7 +241,7 @@ export async function loadTrack(track: CaptionTrack, ctx: ToolContext): Promise<
   url.searchParams.set('fmt', 'json3');
   await ctx.progress({ stage: 'fetching', message: 'captions', done: 2, total: 3 });
   const res = await get(url, 'caption track', MAX_TRACK_BYTES, ctx);
-  if (res.status !== 200) throw statusError(res.status, 'caption track');
+  if (res.status !== 200) throw statusError(res.status, 'caption track', res.retryAfter);
   if (res.body.length === 0) {
     throw unavailable('the caption track came back empty (the site requires a proof-of-origin token from a browser player)', { reason: 'empty_captions' });
   }

@@ -150,7 +150,11 @@ describe('grabr_transcript', () => {
     await expect(transcript({ video: 'pagefail001' })).rejects.toMatchObject({ code: 'tool_unavailable', details: { upstream_status: 502 } });
     yt.failWith = 429;
     try {
-      await expect(transcript({ video: 'vid00000001' })).rejects.toMatchObject({ code: 'tool_unavailable', message: expect.stringMatching(/rate limiting/) });
+      await expect(transcript({ video: 'vid00000001' })).rejects.toMatchObject({
+        code: 'tool_unavailable',
+        message: expect.stringMatching(/rate limiting/),
+        details: { upstream_status: 429, retry_after: 30 },
+      });
     } finally {
       yt.failWith = null;
     }
