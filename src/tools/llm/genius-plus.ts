@@ -16,7 +16,8 @@ import { MetaSchema, llmOf, unusableReply, verbatimIndex } from './b-common.js';
  * 4. The model answers with numbered citations `{n, quote}`. Code assigns each its source URL and
  *    checks the quote verbatim (white space runs as one space) against that source's whole fetched
  *    text: `verified`. A quote under MIN_QUOTE characters, or naming no source, is never verified.
- *    The first MAX_CITATIONS distinct citations are kept, ordered by source number.
+ *    The first MAX_CITATIONS distinct citations are kept, ordered by source number. Inline [n] markers
+ *    in the answer that name no source are listed in `unknown_refs`.
  */
 
 const TOOL = 'genius_plus';
@@ -52,6 +53,7 @@ const Output = z.object({
   answer: z.string(),
   citations: z.array(z.object({ n: z.number().int(), url: z.string().nullable(), quote: z.string(), verified: z.boolean() })),
   sources: z.array(z.object({ n: z.number().int().min(1), url: z.string(), title: z.string().nullable(), passages: z.number().int().min(0), tokens: z.number().int().min(0) })),
+  unknown_refs: z.array(z.number().int()),
   skipped: z.array(z.object({ url: z.string(), reason: z.string() })),
   verified_ratio: z.number().min(0).max(1).nullable(),
   search_query: z.string(),
@@ -76,7 +78,7 @@ export const geniusPlus = defineTool({
   progress: true,
   limits: { timeMs: 20_000, memoryMb: 256 },
   output:
-    '{answer, citations[{n,url,quote,verified}], sources[{n,url,title,passages,tokens}], skipped[{url,reason}], verified_ratio, search_query, meta}; verified: the quote is verbatim in the fetched text of source n',
+    '{answer, citations[{n,url,quote,verified}], unknown_refs, sources[{n,url,title,passages,tokens}], skipped[{url,reason}], verified_ratio, search_query, meta}; verified: the quote is verbatim in the fetched text of source n; unknown_refs: [n] markers in the answer that name no source',
   outputSchema: Output,
   examples: [
     { problem: 'What changed in the HTTP/2 prioritisation scheme in RFC 9113 compared to RFC 7540?' },
@@ -163,9 +165,13 @@ export const geniusPlus = defineTool({
         const verified = source !== undefined && quote.replace(/\s+/g, ' ').length >= MIN_QUOTE && source.find(quote) !== null;
         return { n, url: source?.url ?? null, quote, verified };
       });
+    // Inline markers [n] (or [n, m]) that name no source read: the answer cites something it was not given.
+    const markers = [...answer.matchAll(/\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]/g)].flatMap((m) => m[1]!.split(',').map((x) => Number(x.trim())));
+    const unknownRefs = [...new Set(markers.filter((n) => !byN.has(n)))].sort((a, b) => a - b);
     return {
       answer,
       citations,
+      unknown_refs: unknownRefs,
       sources: sources.map(({ n, url, title, passages: count, tokens }) => ({ n, url, title, passages: count, tokens })),
       skipped,
       verified_ratio: citations.length ? Math.round((citations.filter((c) => c.verified).length / citations.length) * 1000) / 1000 : null,

@@ -282,7 +282,7 @@ describe('genius_plus', () => {
         const blocks = dataBlocksOf(body);
         const n = Object.keys(blocks).filter((k) => k.startsWith('source_')).length;
         return {
-          answer: `RFC 9113 deprecates RFC 7540 priorities [1]; ${n} sources.`,
+          answer: `RFC 9113 deprecates RFC 7540 priorities [1]; see also [2, 7] and [12]; ${n} sources.`,
           citations: [
             { n: 2, quote: 'uses the urgency and   incremental parameters' },
             { n: 1, quote: 'RFC 9113 deprecates the priority signalling scheme of RFC 7540.' },
@@ -307,6 +307,7 @@ describe('genius_plus', () => {
       { n: 9, url: null, quote: 'a source that does not exist', verified: false },
     ]);
     expect(result.verified_ratio).toBe(0.5);
+    expect(result.unknown_refs).toEqual([7, 12]);
     expect(result.answer).toContain('3 sources');
     const blocks = dataBlocksOf(llm.requests[0]!.body);
     expect(blocks['problem']).toBe(problem);
