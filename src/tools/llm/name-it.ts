@@ -26,7 +26,7 @@ const DNS_DOWN_AFTER = 2;
 export const DOMAIN_NOTE =
   'resolves:true means the domain exists in DNS (taken). resolves:false means DNS said NXDOMAIN: the domain is likely unregistered, ' +
   'NOT confirmed available (registered-but-undelegated, reserved or premium names look the same; check with a registrar). ' +
-  'resolves:null means the lookup failed and nothing is known. Names may still be trademarks.';
+  'resolves:null means nothing is known (the lookup failed, or the TLD itself is not in DNS: see tlds_not_in_dns). Names may still be trademarks.';
 
 export const NameItModelSchema = z.object({
   names: z
@@ -45,7 +45,11 @@ const TLD = z
   .trim()
   .toLowerCase()
   .transform((t) => t.replace(/^\./, ''))
-  .pipe(z.string().regex(/^(?:[a-z]{2,63}|xn--[a-z0-9-]{1,59})$/, 'a top-level domain such as "com" or "io"'));
+  .pipe(
+    z
+      .string()
+      .regex(/^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)?(?:[a-z]{2,63}|xn--[a-z0-9-]{1,59})$/, 'a top-level domain such as "com", "io" or "co.uk"'),
+  );
 
 export const NameItInput = z.object({
   description: z
@@ -61,7 +65,7 @@ export const NameItInput = z.object({
     .max(5)
     .default(['com'])
     .transform((t) => [...new Set(t)])
-    .describe('Top-level domains to check for each name (at most 5, default ["com"]).'),
+    .describe('Top-level domains (or public suffixes such as "co.uk") to check for each name (at most 5, default ["com"]).'),
 });
 
 export const NameItOutput = z.object({

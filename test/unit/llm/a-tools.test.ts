@@ -89,6 +89,9 @@ describe('group A definitions', () => {
     expect(nameIt.input.safeParse({ description: 'd', tlds: ['co m'] }).success).toBe(false);
     expect(nameIt.input.parse({ description: 'd', tlds: ['.IO', 'io', 'dev'] }).tlds).toEqual(['io', 'dev']);
     expect(nameIt.input.parse({ description: 'd' }).tlds).toEqual(['com']);
+    expect(nameIt.input.parse({ description: 'd', tlds: ['co.uk'] }).tlds).toEqual(['co.uk']);
+    expect(nameIt.input.safeParse({ description: 'd', tlds: ['a.b.co.uk'] }).success).toBe(false);
+    expect(nameIt.input.safeParse({ description: 'd', tlds: ['c'] }).success).toBe(false);
     expect(PriceItInput.safeParse({ product: 'p', unit_cost: -1 }).success).toBe(false);
     expect(PriceItInput.safeParse({ product: 'p', unit_cost: '1e3' }).success).toBe(false);
     expect(PriceItInput.safeParse({ product: 'p', currency: 'dollars' }).success).toBe(false);
