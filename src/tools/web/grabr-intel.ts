@@ -61,7 +61,9 @@ const Input = z.object({
         ctx.addIssue({ code: 'custom', message: r.error });
         return z.NEVER;
       }
-      return { domain: r.domain, origin: origin ?? `https://${r.domain}` };
+      // A string again (the service parses input at admission and once more in the worker): the bare
+      // domain, or the URL's origin; splitDomain reads both.
+      return origin ?? r.domain;
     }),
   rdap: z.boolean().default(true).describe('Include registration data from RDAP when the service has RDAP_BASE_URL (default true)'),
 });
@@ -175,7 +177,7 @@ export const grabrIntel = defineTool({
 });
 
 async function intel(input: Input, ctx: ToolContext): Promise<GrabrIntelOutput> {
-  const { domain, origin } = input.domain;
+  const { domain, origin } = splitDomain(input.domain);
   const total = 5;
   let done = 0;
   const step = (stage: string) => ctx.progress({ stage, done: ++done, total, unit: 'parts' });
@@ -284,6 +286,15 @@ async function intel(input: Input, ctx: ToolContext): Promise<GrabrIntelOutput> 
     rdap,
     unavailable: sortParts(unavailable),
   };
+}
+
+/** The domain and the origin the web parts are read from, from the normalised `domain` field. */
+export function splitDomain(value: string): { domain: string; origin: string } {
+  if (/^https?:\/\//i.test(value)) {
+    const url = new URL(value);
+    return { domain: url.hostname.replace(/\.$/, ''), origin: url.origin };
+  }
+  return { domain: value, origin: `https://${value}` };
 }
 
 const PART_ORDER = Part.options;

@@ -256,3 +256,23 @@ describe('deploy_verify checks', () => {
     expect(by(evaluate({}, { ...base, status: 301 }))).toEqual({ status: true, tls_trusted: true });
   });
 });
+
+describe('inputs', () => {
+  it('parse to values that parse to themselves (the service parses at admission and again in the worker)', async () => {
+    const { webToolsA } = await import('../../../src/tools/web/group-a.js');
+    const extra: Record<string, unknown[]> = {
+      grabr_intel: [{ domain: 'HTTPS://Bücher.example:8443/path?q=1' }, { domain: 'Example.COM.' }],
+      deploy_verify: [{ url: 'example.com/health#top' }],
+      grabr_wayback: [{ url: 'example.com', from: '2019', to: '2019' }],
+    };
+    for (const tool of webToolsA) {
+      for (const ex of [...tool.examples, ...(extra[tool.name] ?? [])]) {
+        const once = tool.input.parse(ex);
+        expect(tool.input.parse(once), `${tool.name} ${JSON.stringify(ex)}`).toEqual(once);
+      }
+    }
+    const { grabrIntel, splitDomain } = await import('../../../src/tools/web/grabr-intel.js');
+    expect(splitDomain(grabrIntel.input.parse({ domain: 'HTTPS://Bücher.example:8443/path?q=1' }).domain)).toEqual({ domain: 'xn--bcher-kva.example', origin: 'https://xn--bcher-kva.example:8443' });
+    expect(splitDomain(grabrIntel.input.parse({ domain: 'Example.COM.' }).domain)).toEqual({ domain: 'example.com', origin: 'https://example.com' });
+  });
+});
