@@ -11,6 +11,7 @@ import type { AnyTool, ToolContext } from '../../../src/tools/types.js';
 import { dataBlocksOf, startFakeOpenAI, type FakeOpenAI } from '../../helpers/fake-openai.js';
 import { startFakeSearxng, type FakeSearxng } from '../../helpers/fake-searxng.js';
 import { makeToolContext } from '../../helpers/tool-context.js';
+import { countTokensA } from '../../../src/tools/text/tokens-a.js';
 
 /**
  * The five group-B handlers called directly against the fake OpenAI-compatible upstream (replies
@@ -29,6 +30,9 @@ const PAGES: Record<string, string> = {
 };
 
 beforeAll(async () => {
+  // Handlers called directly run their pool tasks inline: load the tokenizer tables now, so that work does
+  // not hold this event loop (and the fakes' keep-alive timers) in the middle of a test.
+  countTokensA('warm up');
   llm = await startFakeOpenAI();
   searx = await startFakeSearxng();
   pages = http.createServer((req, res) => {
