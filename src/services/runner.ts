@@ -179,16 +179,20 @@ export class ToolRunner {
           isolate: (task, payload) => sandbox.runTask(task, payload, { ...sandboxCall, label: `${tool.name}/${task}` }),
         };
       };
+      // Built once, and only for a tool that uses it on the event loop.
+      let loopCtx: ToolContext | undefined;
+      const loop = () => (loopCtx ??= eventLoopContext());
+      // A tool that reads what the caller named (URLs) does that on the event loop first.
+      const input = tool.prepare ? await tool.prepare(parsed.data, loop()) : parsed.data;
       if (tool.isolated && sandbox.isolating) {
-        // A tool that reads what the caller named (URLs) does that here, then computes in the pool.
-        const input = tool.prepare ? await tool.prepare(parsed.data, eventLoopContext()) : parsed.data;
         const out = await sandbox.runTool(tool, input, { sandbox: data.sandbox, accountId: accountId ?? '', keyId: data.subKeyId }, sandboxCall);
         recordUsage(out.usage);
         result = out.value;
       } else {
-        const ctx = eventLoopContext();
-        result = await tool.handler(tool.prepare ? await tool.prepare(parsed.data, ctx) : parsed.data, ctx);
+        result = await tool.handler(input, loop());
       }
+      // ...and one that keeps what it computed (handoff's passport) does that after.
+      if (tool.finish) result = await tool.finish(result, input, loop());
       const cost = data.sandbox ? 0 : data.payer ? data.listPriceCents : data.priceCents;
       // Calls paid per call (x402) are recorded by the API once their payment settles, not here.
       if (!stored || !accountId) return { result, cost_cents: cost, remaining_credits: null };

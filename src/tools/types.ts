@@ -264,6 +264,8 @@ export interface ToolDefinition<S extends z.ZodTypeAny = z.ZodTypeAny, R = unkno
    * handler then gets in the pool. Keep it to I/O; parsing belongs in the handler or a task.
    */
   prepare?(input: z.output<S>, ctx: ToolContext): Promise<z.output<S>>;
+  /** Runs on the event loop after the handler, with the whole context (handoff stores its brief as a passport). */
+  finish?(result: R, input: z.output<S>, ctx: ToolContext): Promise<R>;
   handler(input: z.output<S>, ctx: ToolContext): Promise<R>;
 }
 

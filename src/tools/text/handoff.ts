@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { AppError } from '../../errors.js';
 import { defineTool } from '../types.js';
 import { bigConversation } from './context-health.js';
 import { extractItems, type ExtractItem } from './context-extract.js';
@@ -10,7 +11,8 @@ import { checkSignal, conversationFields, conversationOf, refineConversation, RO
  * open questions and constraints come from context_extract's cue table (the most recent first kept);
  * last_turns = the last 4 user/assistant messages (tool calls shown as name(arguments)). To fit, it cuts
  * turns to 60 tokens, then drops the oldest items of the longest list, then the oldest turns, then
- * shortens goal and state. Storing the brief as a passport (issue 18) is not available yet.
+ * shortens goal and state. With `store: true` the brief's markdown is kept as a passport of the
+ * account (after the pool work, on the event loop: `finish`), and the result names its handle.
  */
 
 const LIST_CAP = 20;
@@ -20,6 +22,8 @@ const Input = z
   .object({
     ...conversationFields,
     budget_tokens: z.number().int().min(200).max(8000).default(1500).describe('The most tokens the brief may take (200-8,000, default 1,500; o200k_base)'),
+    store: z.boolean().default(false).describe('Also keep brief_markdown as a passport of your account (passport_store get, passport_send), and return its handle'),
+    store_ttl_s: z.number().int().min(60).max(30 * 86400).optional().describe('Lifetime of that passport in seconds (60 s to 30 days, default 1 day)'),
   })
   .superRefine(refineConversation);
 
@@ -33,7 +37,8 @@ const Brief = z.object({
   constraints: z.array(z.string()),
   last_turns: z.array(Turn),
 });
-const Output = z.object({ brief_markdown: z.string(), brief: Brief, tokens: z.number().int(), budget_tokens: z.number().int() });
+const Passport = z.object({ handle: z.string(), bytes: z.number().int(), sha256: z.string(), expires_at: z.string() });
+const Output = z.object({ brief_markdown: z.string(), brief: Brief, tokens: z.number().int(), budget_tokens: z.number().int(), passport: Passport.optional() });
 type BriefT = z.infer<typeof Brief>;
 
 export const handoff = defineTool({
@@ -45,7 +50,7 @@ export const handoff = defineTool({
   input: Input,
   qField: 'transcript',
   qParse: 'text',
-  output: '{brief_markdown, brief{goal,state,decisions,todos,open_questions,constraints,last_turns[{i,role,text}]}, tokens, budget_tokens}',
+  output: '{brief_markdown, brief{goal,state,decisions,todos,open_questions,constraints,last_turns[{i,role,text}]}, tokens, budget_tokens, passport?{handle,bytes,sha256,expires_at}}',
   outputSchema: Output,
   examples: [
     {
@@ -58,6 +63,12 @@ export const handoff = defineTool({
   limits: { timeMs: 10_000, memoryMb: 384 },
   largestInput: () => ({ messages: bigConversation(), budget_tokens: 8000 }),
   handler: async (input, ctx) => makeHandoff(conversationOf(input), input.budget_tokens, ctx.signal),
+  finish: async (result, input, ctx) => {
+    if (!input.store) return result;
+    if (!ctx.passports) throw new AppError('invalid_input', 'store keeps the brief as a passport of an account: call with an API key', { issues: [{ path: ['store'], message: 'needs an account' }] });
+    const p = await ctx.passports.put({ content: result.brief_markdown, label: 'handoff', ...(input.store_ttl_s ? { ttl_s: input.store_ttl_s } : {}) });
+    return { ...result, passport: { handle: p.handle, bytes: p.bytes, sha256: p.sha256, expires_at: p.expires_at } };
+  },
 });
 
 export function makeHandoff(messages: Message[], budget: number, signal: AbortSignal) {
