@@ -188,7 +188,13 @@ export const ConfigSchema = z
     /** Requests at once to one target host from one worker process. */
     WEB_PER_HOST: int(2, 1, 64),
     /** 32-byte key (base64 or hex) that encrypts passports at rest; unset: a random key per process (passports do not survive a restart). */
-    PASSPORT_KEY: z.string().default(''),
+    PASSPORT_KEY: z
+      .string()
+      .default('')
+      .refine(
+        (k) => k === '' || /^[0-9a-fA-F]{64}$/.test(k) || (/^[A-Za-z0-9+/]+={0,2}$/.test(k) && Buffer.from(k, 'base64').length === 32),
+        'must be 32 bytes, as 64 hex characters or base64',
+      ),
     PASSPORT_MAX_BYTES: int(256 * 1024, 1024, 4 * 1024 * 1024),
     PASSPORTS_PER_ACCOUNT: int(1000, 1, 1_000_000),
     // Edge network (Cloudflare API v4).
