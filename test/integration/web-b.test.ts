@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { gzipSync } from 'node:zlib';
 import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { startFixtureSite, type FixtureSite } from '../helpers/fixture-site.js';
 import { findTool } from '../../src/tools/index.js';
@@ -17,6 +18,81 @@ const PAGE = `<!doctype html><html lang="en"><head><title> Acme  Widgets </title
 <ul><li class="item"><a href="/w/1">One</a></li><li class="item"><a href="/w/2">Two</a></li></ul>
 <p class="price" data-sku="W-1">$9.99</p><img src="img/w.png"></body></html>`;
 
+/** A gunzipped sitemap may be at most this big in these tests (GRABR_SITEMAP_MAX_BYTES). */
+const SITEMAP_CAP = 8_000_000;
+
+/** Cloudflare's email obfuscation: a key byte, then the address XOR the key, in hex. */
+const cfEncode = (key: number, email: string) => key.toString(16).padStart(2, '0') + Buffer.from(email).map((b) => b ^ key).toString('hex');
+
+function routeContactSite(): void {
+  site.route('/c/', {
+    body: `<html><body><nav><a href="/c/about">About us</a> <a href="/c/team">Team</a> <a href="/w/1">Products</a>
+      <a href="http://elsewhere.example/contact">Partner contact</a></nav>
+      <footer><a href="mailto:hello@acme.test?subject=Hi">Mail</a> <a href="tel:+49 30 1234567">Call</a>
+      <a href="https://twitter.com/acmewidgets">X</a> <a href="https://twitter.com/intent/tweet?text=hi">share</a>
+      <a href="https://www.linkedin.com/company/acme">LinkedIn</a> <img src="logo@2x.png"></footer></body></html>`,
+  });
+  site.route('/c/about', {
+    body: `<html><body><p>Press: press [at] acme [dot] test</p>
+      <p>Support: <a href="/cdn-cgi/l/email-protection" class="__cf_email__" data-cfemail="${cfEncode(0x42, 'info@acme.test')}">[email&#160;protected]</a></p>
+      <a href="/c/imprint">Imprint</a> <a href="mailto:hello@acme.test">Mail</a></body></html>`,
+  });
+  site.route('/c/imprint', {
+    body: `<html><head><script type="application/ld+json">{"@context":"https://schema.org","@type":"Organization","name":"Acme",
+      "address":{"@type":"PostalAddress","streetAddress":"Hauptstr. 1","postalCode":"10115","addressLocality":"Berlin","addressCountry":"DE"},
+      "telephone":"+49 30 5550000"}</script></head>
+      <body><h1>Impressum</h1><p>E-Mail: legal@acme.test</p><p>Telefon: 030 98765432</p>
+      <form action="/c/send" method="post"><input name="email"><textarea name="message"></textarea><input type="hidden" name="token"></form></body></html>`,
+  });
+  site.route('/c/team', { body: '<html><body>team@acme.test</body></html>' });
+}
+
+const xmlUrlset = (locs: Array<string | { loc: string; lastmod?: string; priority?: string }>) =>
+  `<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">` +
+  locs
+    .map((l) => (typeof l === 'string' ? { loc: l } : l))
+    .map((l) => `<url><loc>${l.loc}</loc>${l.lastmod ? `<lastmod>${l.lastmod}</lastmod>` : ''}${l.priority ? `<priority>${l.priority}</priority>` : ''}</url>`)
+    .join('') +
+  '</urlset>';
+
+function routeSitemaps(): void {
+  const gz = { 'content-type': 'application/gzip' };
+  site.route('/sm/index.xml', {
+    headers: { 'content-type': 'application/xml' },
+    body: `<?xml version="1.0"?><sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+      <sitemap><loc>${site.url('/sm/a.xml.gz')}</loc></sitemap><sitemap><loc>${site.url('/sm/b.xml.gz')}</loc></sitemap>
+      <sitemap><loc>http://elsewhere.example/sm.xml</loc></sitemap></sitemapindex>`,
+  });
+  site.route('/sm/a.xml.gz', {
+    headers: gz,
+    body: gzipSync(
+      xmlUrlset([
+        { loc: site.url('/blog/1'), lastmod: '2025-03-01', priority: '0.8' },
+        { loc: site.url('/blog/2'), lastmod: '2024-01-01' },
+        site.url('/about'),
+        'http://elsewhere.example/x',
+      ]),
+    ),
+  });
+  site.route('/sm/b.xml.gz', {
+    headers: gz,
+    body: gzipSync(xmlUrlset([site.url('/p/1?a=1&amp;b=2'), site.url('/p/2'), site.url('/p/3'), { loc: site.url('/blog/3'), lastmod: '2025-06-30T10:00:00Z' }])),
+  });
+  site.route('/sm/lol.xml', {
+    headers: { 'content-type': 'application/xml' },
+    body:
+      '<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">' +
+      Array.from({ length: 9 }, (_, i) => `<!ENTITY lol${i + 1} "${`&lol${i || ''};`.repeat(10)}">`).join('') +
+      ']><urlset><url><loc>&lol9;</loc></url></urlset>',
+  });
+  // 100 MB of zeros, about 100 KB gzipped: far past SITEMAP_CAP once inflated.
+  site.route('/sm/bomb.xml.gz', { headers: gz, body: gzipSync(Buffer.alloc(100_000_000), { level: 9 }) });
+  site.route('/big/sitemap.xml', {
+    headers: { 'content-type': 'application/xml' },
+    body: xmlUrlset(Array.from({ length: 50_000 }, (_, i) => site.url(`/item/${i}`))),
+  });
+}
+
 function validates(tool: string, result: unknown): void {
   const schema = findTool(tool)!.outputSchema!;
   const r = schema.safeParse(result);
@@ -25,12 +101,17 @@ function validates(tool: string, result: unknown): void {
 
 beforeAll(async () => {
   site = await startFixtureSite();
-  h = await startHarness({ FETCH_ALLOWED_HOSTS: site.hostPort }, { workers: ['web'] });
+  h = await startHarness({ FETCH_ALLOWED_HOSTS: site.hostPort, GRABR_SITEMAP_MAX_BYTES: String(SITEMAP_CAP) }, { workers: ['web'] });
   const acct = await h.account('enterprise', 1000);
   key = acct.apiKey;
   accountId = acct.accountId;
-  site.route('/robots.txt', { headers: { 'content-type': 'text/plain' }, body: 'User-agent: *\nDisallow: /private\n' });
+  site.route('/robots.txt', {
+    headers: { 'content-type': 'text/plain' },
+    body: `User-agent: *\nDisallow: /private\nDisallow: /c/team\n\nUser-agent: OtherBot\nDisallow: /\n\nSitemap: ${site.url('/sm/index.xml')}\nSitemap: http://elsewhere.example/sitemap.xml\n`,
+  });
   site.route('/', { body: PAGE });
+  routeContactSite();
+  routeSitemaps();
 });
 afterAll(async () => {
   await h?.close();
@@ -97,5 +178,185 @@ describe('grabr_scrape', () => {
     expect(json(res).error.code).toBe('robots_disallowed');
     expect(site.requestsFor('/private/page')).toHaveLength(0);
     expect(await h.credits(accountId)).toBe(1000);
+  });
+});
+
+describe('grabr_contact', () => {
+  it('finds emails (mailto, [at], data-cfemail, two pages deep), E.164 phones, socials, JSON-LD address and forms, with their pages', async () => {
+    const res = await h.call('grabr_contact', { url: site.url('/c/'), max_pages: 5, country: 'DE' }, key);
+    expect(res.statusCode, res.body).toBe(200);
+    const { result } = json(res);
+    validates('grabr_contact', result);
+    const home = site.url('/c/');
+    const about = site.url('/c/about');
+    const imprint = site.url('/c/imprint');
+    expect(result.pages.map((p: any) => [p.url, p.status, p.error?.code ?? null])).toEqual([
+      [home, 200, null],
+      [about, 200, null],
+      [site.url('/c/team'), null, 'robots_disallowed'],
+      [imprint, 200, null],
+    ]);
+    expect(site.requestsFor('/c/team')).toHaveLength(0);
+    expect(result.emails).toEqual([
+      { value: 'hello@acme.test', sources: [home, about] },
+      { value: 'info@acme.test', sources: [about] },
+      { value: 'press@acme.test', sources: [about] },
+      { value: 'legal@acme.test', sources: [imprint] },
+    ]);
+    expect(result.phones).toEqual([
+      { e164: '+49301234567', sources: [home] },
+      { e164: '+49305550000', sources: [imprint] },
+      { e164: '+493098765432', sources: [imprint] },
+    ]);
+    expect(result.socials).toEqual([
+      { network: 'x', url: 'https://twitter.com/acmewidgets', sources: [home] },
+      { network: 'linkedin', url: 'https://www.linkedin.com/company/acme', sources: [home] },
+    ]);
+    expect(result.addresses).toEqual([
+      { street: 'Hauptstr. 1', locality: 'Berlin', region: null, postal_code: '10115', country: 'DE', text: 'Hauptstr. 1, 10115 Berlin, DE', sources: [imprint] },
+    ]);
+    expect(result.forms).toEqual([{ action: site.url('/c/send'), method: 'POST', fields: ['email', 'message'], sources: [imprint] }]);
+  }, 30_000);
+
+  it('max_pages bounds the crawl', async () => {
+    const res = await h.call('grabr_contact', { url: site.url('/c/'), max_pages: 1 }, key);
+    const { result } = json(res);
+    expect(result.pages).toHaveLength(1);
+    expect(result.emails.map((e: any) => e.value)).toEqual(['hello@acme.test']);
+  });
+});
+
+describe('grabr_sitemap', () => {
+  it('robots.txt Sitemap: → index → two gzipped sitemaps: the exact URLs, foreign ones dropped', async () => {
+    const res = await h.call('grabr_sitemap', { url: site.url('/') }, key);
+    expect(res.statusCode, res.body).toBe(200);
+    const { result } = json(res);
+    validates('grabr_sitemap', result);
+    expect(result.total).toBe(7);
+    expect(result.truncated).toBe(false);
+    expect(result.urls.map((u: any) => u.loc)).toEqual([
+      site.url('/blog/1'),
+      site.url('/blog/2'),
+      site.url('/about'),
+      site.url('/p/1?a=1&b=2'),
+      site.url('/p/2'),
+      site.url('/p/3'),
+      site.url('/blog/3'),
+    ]);
+    expect(result.urls[0]).toEqual({ loc: site.url('/blog/1'), lastmod: '2025-03-01', priority: 0.8 });
+    expect(result.sources).toEqual([
+      { url: site.url('/sm/index.xml'), via: 'robots', kind: 'index', urls: 0, error: null },
+      { url: site.url('/sm/a.xml.gz'), via: 'index', kind: 'urlset', urls: 3, error: null },
+      { url: site.url('/sm/b.xml.gz'), via: 'index', kind: 'urlset', urls: 4, error: null },
+    ]);
+  }, 30_000);
+
+  it('path_prefix and since filter', async () => {
+    const res = await h.call('grabr_sitemap', { url: site.url('/'), path_prefix: '/blog/', since: '2025-01-01' }, key);
+    const { result } = json(res);
+    expect(result.urls.map((u: any) => u.loc)).toEqual([site.url('/blog/1'), site.url('/blog/3')]);
+    expect(result.total).toBe(2);
+  });
+
+  it('a billion-laughs sitemap is refused with 400, fast', async () => {
+    const t0 = Date.now();
+    const res = await h.call('grabr_sitemap', { url: site.url('/sm/lol.xml') }, key);
+    expect(res.statusCode).toBe(400);
+    expect(json(res).error).toMatchObject({ code: 'invalid_input', reason: 'doctype_refused' });
+    expect(Date.now() - t0).toBeLessThan(5_000);
+  });
+
+  it('a gzip bomb stops at GRABR_SITEMAP_MAX_BYTES: 422 limit_exceeded, uncharged', async () => {
+    const res = await h.call('grabr_sitemap', { url: site.url('/sm/bomb.xml.gz') }, key);
+    expect(res.statusCode).toBe(422);
+    expect(json(res).error).toMatchObject({ code: 'limit_exceeded', reason: 'decompressed_too_large', limit_value: SITEMAP_CAP });
+    expect(await h.credits(accountId)).toBe(1000);
+  });
+
+  it('a 50,000-URL sitemap is truncated at max_urls, and the total still counts every entry', async () => {
+    const res = await h.call('grabr_sitemap', { url: site.url('/big/sitemap.xml'), max_urls: 1000 }, key);
+    expect(res.statusCode, res.body).toBe(200);
+    const { result } = json(res);
+    validates('grabr_sitemap', result);
+    expect(result.urls).toHaveLength(1000);
+    expect(result.urls[999].loc).toBe(site.url('/item/999'));
+    expect(result.total).toBe(50_000);
+    expect(result.truncated).toBe(true);
+  }, 30_000);
+
+  it('all 50,000 URLs come back when max_urls allows (the pool answers in chunks)', async () => {
+    const res = await h.call('grabr_sitemap', { url: site.url('/big/sitemap.xml'), max_urls: 50_000 }, key);
+    expect(res.statusCode, res.body).toBe(200);
+    const { result } = json(res);
+    expect(result.urls).toHaveLength(50_000);
+    expect(new Set(result.urls.map((u: any) => u.loc)).size).toBe(50_000);
+    expect(result.urls[49_999].loc).toBe(site.url('/item/49999'));
+    expect(result.truncated).toBe(false);
+  }, 60_000);
+
+  it('no sitemap at all is 404 not_found', async () => {
+    const other = await startFixtureSite();
+    try {
+      // Not admitted by FETCH_ALLOWED_HOSTS: the guard refuses it (400), nothing reaches it.
+      const res = await h.call('grabr_sitemap', { url: other.url('/') }, key);
+      expect(res.statusCode).toBe(400);
+      expect(other.requests).toHaveLength(0);
+    } finally {
+      await other.close();
+    }
+    const res = await h.call('grabr_sitemap', { url: site.url('/nosuch/sitemap.xml') }, key);
+    expect(res.statusCode).toBe(404);
+    expect(json(res).error.code).toBe('not_found');
+  });
+});
+
+describe('grabr_batch', () => {
+  it('a 500, a private address and a robots-blocked URL fail as items; the others succeed, in input order', async () => {
+    site.route('/err500', { status: 500, body: 'boom' });
+    site.route('/w/1', { body: '<html><head><title>One</title></head><body><p>Widget one text.</p></body></html>' });
+    site.route('/notes.txt', { headers: { 'content-type': 'text/plain' }, body: 'plain notes' });
+    const urls = [site.url('/w/1'), site.url('/err500'), 'http://10.0.0.1/', site.url('/private/x'), site.url('/notes.txt'), site.url('/')];
+    // Through the root protocol: q is one URL per line (qParse 'lines').
+    const res = await h.request({
+      method: 'POST',
+      url: '/',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      payload: JSON.stringify({ m: 'grabr_batch', q: urls.join('\n') }),
+    });
+    expect(res.statusCode, res.body).toBe(200);
+    const { result } = json(res);
+    validates('grabr_batch', result);
+    expect(result.items.map((i: any) => [i.url, i.ok, i.ok ? i.result.title : i.error.code])).toEqual([
+      [site.url('/w/1'), true, 'One'],
+      [site.url('/err500'), false, 'fetch_failed'],
+      ['http://10.0.0.1/', false, 'invalid_input'],
+      [site.url('/private/x'), false, 'robots_disallowed'],
+      [site.url('/notes.txt'), true, null],
+      [site.url('/'), true, 'Acme Widgets'],
+    ]);
+    expect(result.items[0].result.text).toContain('Widget one text.');
+    expect(result.items[4].result.text).toBe('plain notes');
+    expect(site.requestsFor('/private/x')).toHaveLength(0);
+  }, 30_000);
+
+  it('meta and scrape modes', async () => {
+    const meta = json(await h.call('grabr_batch', { urls: [site.url('/')], mode: 'meta' }, key)).result;
+    validates('grabr_batch', meta);
+    expect(meta.items[0].result).toMatchObject({
+      kind: 'meta',
+      title: 'Acme Widgets',
+      canonical: site.url('/widgets'),
+      lang: 'en',
+      og: { 'og:title': 'Acme OG', 'og:type': 'website' },
+      jsonld_types: ['Product'],
+    });
+    const scrape = json(await h.call('grabr_batch', { urls: [site.url('/'), site.url('/w/1')], mode: 'scrape', fields: { h: 'h1' } }, key)).result;
+    validates('grabr_batch', scrape);
+    expect(scrape.items.map((i: any) => i.result.fields.h)).toEqual(['Widgets', null]);
+  });
+
+  it('fields outside scrape mode, or more than 50 URLs, are 400', async () => {
+    expect((await h.call('grabr_batch', { urls: [site.url('/')], fields: { h: 'h1' } }, key)).statusCode).toBe(400);
+    expect((await h.call('grabr_batch', { urls: Array.from({ length: 51 }, (_, i) => site.url(`/${i}`)) }, key)).statusCode).toBe(400);
   });
 });

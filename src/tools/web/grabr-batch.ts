@@ -1,0 +1,146 @@
+import { z } from 'zod';
+import { AppError } from '../../errors.js';
+import { defineTool, type ToolContext } from '../types.js';
+import { runTask } from '../../sandbox/tasks.js';
+import { webUrl } from './b-input.js';
+import { fetchPage, isHtml, itemError } from './b-page.js';
+import { normalisePlainText } from './extract.js';
+import { createRobots, type Robots } from './robots.js';
+import { FieldsSchema, scrapePage, ScrapeResultSchema } from './grabr-scrape.js';
+import type { FieldSpec } from './b-html.js';
+
+/**
+ * grabr_batch: many pages in one call. Each URL is read through robots.txt and the guard like the
+ * single-page tools (at most WEB_PER_HOST requests at once per host, whatever `concurrency` says);
+ * a URL that fails (an HTTP error, a refused private address, robots.txt, not HTML) is an item with
+ * `ok: false` and its error's code and message, never the call's failure. Items keep input order.
+ * Per item, text is cut at ITEM_TEXT_CHARS characters and scrape links at ITEM_LINKS.
+ */
+
+const TOOL = 'grabr_batch';
+export const MAX_BATCH_URLS = 50;
+export const ITEM_TEXT_CHARS = 20_000;
+export const ITEM_LINKS = 100;
+
+const Input = z
+  .object({
+    urls: z.array(webUrl).min(1).max(MAX_BATCH_URLS).describe('Pages to read, 1-50 (q: one URL per line)'),
+    mode: z
+      .enum(['text', 'scrape', 'meta'])
+      .default('text')
+      .describe('text: readable text; scrape: grabr_scrape per page (fields, metadata, JSON-LD, links, text); meta: title, description, canonical, og:*'),
+    fields: FieldsSchema.optional().describe('scrape mode: fields as in grabr_scrape'),
+    concurrency: z.number().int().min(1).max(8).default(4).describe('Pages fetched at once (1-8, default 4; never more than WEB_PER_HOST per host)'),
+  })
+  .refine((i) => i.fields === undefined || i.mode === 'scrape', { message: 'fields are for mode "scrape"', path: ['fields'] });
+
+const TextResult = z.object({
+  kind: z.literal('text'),
+  final_url: z.string(),
+  status: z.number().int(),
+  content_type: z.string().nullable(),
+  title: z.string().nullable(),
+  text: z.string(),
+  truncated: z.boolean(),
+});
+const MetaResult = z.object({
+  kind: z.literal('meta'),
+  final_url: z.string(),
+  status: z.number().int(),
+  title: z.string().nullable(),
+  description: z.string().nullable(),
+  canonical: z.string().nullable(),
+  lang: z.string().nullable(),
+  og: z.record(z.string(), z.string()),
+  jsonld_types: z.array(z.string()),
+  links_count: z.number().int(),
+  truncated: z.boolean(),
+});
+const ScrapeItem = ScrapeResultSchema.extend({ kind: z.literal('scrape') });
+
+const Item = z.union([
+  z.object({ url: z.string(), ok: z.literal(true), result: z.discriminatedUnion('kind', [TextResult, MetaResult, ScrapeItem]) }),
+  z.object({ url: z.string(), ok: z.literal(false), error: z.object({ code: z.string(), message: z.string() }) }),
+]);
+export const BatchResultSchema = z.object({ items: z.array(Item) });
+type Item = z.infer<typeof Item>;
+type ItemResult = Extract<Item, { ok: true }>['result'];
+
+async function readOne(ctx: ToolContext, robots: Robots, url: string, mode: 'text' | 'scrape' | 'meta', fields: Record<string, FieldSpec>): Promise<ItemResult> {
+  if (mode === 'scrape') return { kind: 'scrape', ...(await scrapePage(ctx, robots, url, fields, { textMax: ITEM_TEXT_CHARS, linksMax: ITEM_LINKS })) };
+  const res = await fetchPage(ctx, robots, url, { requireHtml: mode === 'meta' });
+  if (mode === 'meta') {
+    const m = await runTask(ctx, 'b_meta', { body: res.body, baseUrl: res.final_url, headerCharset: res.charset });
+    return { kind: 'meta', final_url: res.final_url, status: res.status, ...m, truncated: m.truncated || res.truncated };
+  }
+  let title: string | null = null;
+  let text: string;
+  let truncated = res.truncated;
+  if (isHtml(res)) {
+    const page = await runTask(ctx, 'extract_html', { body: res.body, baseUrl: res.final_url, headerCharset: res.charset });
+    title = page.title;
+    text = page.text;
+    truncated ||= page.capped || page.text_truncated;
+  } else if (res.body.length) {
+    const plain = normalisePlainText(res.text().slice(0, ITEM_TEXT_CHARS * 4));
+    text = plain.text;
+    truncated ||= plain.truncated;
+  } else {
+    throw new AppError('invalid_input', `${res.final_url} is not a text page (${res.content_type ?? 'no content type'})`, { reason: 'not_text' });
+  }
+  if (text.length > ITEM_TEXT_CHARS) {
+    text = text.slice(0, ITEM_TEXT_CHARS);
+    truncated = true;
+  }
+  return { kind: 'text', final_url: res.final_url, status: res.status, content_type: res.content_type, title, text, truncated };
+}
+
+async function batch(input: z.output<typeof Input>, ctx: ToolContext): Promise<{ items: Item[] }> {
+  const robots = createRobots(ctx, TOOL);
+  const n = input.urls.length;
+  const items: Item[] = new Array<Item>(n);
+  let next = 0;
+  let done = 0;
+  await ctx.progress({ stage: 'fetching', done: 0, total: n, unit: 'urls' });
+  const worker = async () => {
+    while (next < n) {
+      const i = next++;
+      const url = input.urls[i]!;
+      try {
+        items[i] = { url, ok: true, result: await readOne(ctx, robots, url, input.mode, input.fields ?? {}) };
+      } catch (e) {
+        if (ctx.signal.aborted) throw e;
+        items[i] = { url, ok: false, error: itemError(e) };
+      }
+      done++;
+      await ctx.progress({ stage: 'fetching', done, total: n, unit: 'urls', message: url });
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(input.concurrency, n) }, worker));
+  return { items };
+}
+
+export const grabrBatch = defineTool({
+  name: TOOL,
+  description:
+    'Read up to 50 pages in one call (text, scrape or meta mode); each URL succeeds or fails on its own, results in input order. Honours robots.txt.',
+  tier: 'enterprise',
+  priceCents: 0,
+  family: 'web',
+  qField: 'urls',
+  qParse: 'lines',
+  progress: true,
+  input: Input,
+  examples: [
+    { urls: ['https://example.com/', 'https://example.org/'] },
+    { urls: ['https://example.com/'], mode: 'scrape', fields: { heading: { selector: 'h1' } }, concurrency: 2 },
+    { urls: ['https://example.com/', 'https://example.net/'], mode: 'meta' },
+  ],
+  output:
+    '{items: [{url, ok: true, result} | {url, ok: false, error: {code, message}}]} in input order; result by mode: ' +
+    'text {kind, final_url, status, content_type, title, text, truncated}, meta {kind, final_url, status, title, description, canonical, lang, og, jsonld_types, links_count, truncated}, ' +
+    `scrape {kind, ...grabr_scrape's result}; at most ${MAX_BATCH_URLS} URLs, ${ITEM_TEXT_CHARS.toLocaleString('en')} characters of text and ${ITEM_LINKS} links per item`,
+  outputSchema: BatchResultSchema,
+  limits: { timeMs: 10_000, memoryMb: 384 },
+  handler: async (input, ctx) => batch(input, ctx),
+});
