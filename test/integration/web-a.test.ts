@@ -71,7 +71,7 @@ afterAll(async () => {
   await Promise.all([search?.close(), dns?.close(), cdx?.close(), site?.close(), tlsSite?.close(), forbidden?.close()]);
 });
 
-function resultOf(tool: string, res: { statusCode: number; body: string }) {
+function resultOf(tool: string, res: Awaited<ReturnType<Harness['call']>>) {
   expect(res.statusCode, res.body).toBe(200);
   const result = json(res).result;
   const schema = TOOLS.find((t) => t.name === tool)!.outputSchema!;
