@@ -233,6 +233,14 @@ describe.each(cases)('$name', (c) => {
     const streamed = JSON.parse(tokens.map((e) => e.data.delta).join(''));
     expect(streamed).toEqual(c.reply({ ...c.blocks, ...dataBlocksOf(llm.requests[0]!.body) }));
     expect(types.lastIndexOf('progress')).toBeLessThan(result);
+    if (c.name === 'name_it') {
+      // The DNS step follows the naming: `resolving` progress after the last token, before the result.
+      const lastToken = events.lastIndexOf(tokens.at(-1)!);
+      const resolving = events.map((e, i) => ({ e, i })).filter(({ e }) => e.type === 'progress' && e.data.stage === 'resolving');
+      expect(resolving.length).toBeGreaterThan(1);
+      expect(resolving[0]!.i).toBeGreaterThan(lastToken);
+      expect(resolving.at(-1)!.e.data).toMatchObject({ done: 3, total: 3, unit: 'lookups' }); // com + 2 names
+    }
     expect(tool(c.name).outputSchema!.safeParse(events[result]!.data.result).success).toBe(true);
   });
 });
