@@ -69,7 +69,9 @@ const FILLER = new Set(
     'every each before after because always never often usually sometimes maybe probably really quite rather almost already ' +
     'another around away back best better big different done else enough ever few find found give given gives keep keeps ' +
     'last least less long new old part place point same show shows small start starts sure tell try trying turn want ways ' +
-    'whole whether yet able across along among upon without within while since though although unless until toward towards'
+    'whole whether yet able across along among upon without within while since though although unless until toward towards ' +
+    'takes took taken shows showed helps helped needs needed works worked uses tries tried gets comes seems looks means called ' +
+    'pretty sure actually certainly definitely simply'
   ).split(' '),
 );
 
@@ -429,9 +431,10 @@ function displayForm(s: TermStats): string {
 
 /**
  * TF-IDF keywords: score = tf × ln(1 + N/df) over the documents, × 1.5 for terms in the title and
- * × 1.2 for terms in the description or tags. Two-word phrases count when they occur at least twice;
- * a single word is dropped when a kept phrase accounts for at least half its occurrences. Scores are
- * scaled so the best is 1.
+ * × 1.2 for terms in the description or tags. Two-word phrases of adjacent content words count when
+ * they occur at least twice, and not when they share a word with a better-scoring phrase; a single
+ * word is left out when a listed phrase accounts for at least half its occurrences. Scores are scaled
+ * so the best is 1.
  */
 function rankKeywords(docs: string[], title: string, description: string, max: number): IntelKeyword[] {
   const { stats } = termStats(docs);
@@ -449,17 +452,26 @@ function rankKeywords(docs: string[], title: string, description: string, max: n
     scored.push({ key, s, score });
   }
   scored.sort((a, b) => b.score - a.score || a.s.first - b.s.first);
+  // Phrases, best first, none sharing a word with a better one ("learning models" after "machine learning").
+  const phrases = new Set<string>();
+  const phraseWords = new Set<string>();
+  for (const c of scored) {
+    if (!c.key.includes(' ')) continue;
+    const parts = c.key.split(' ');
+    if (parts.some((p) => phraseWords.has(p))) continue;
+    phrases.add(c.key);
+    for (const p of parts) phraseWords.add(p);
+  }
+  // A word that is mostly said inside one of them ("machine" in "machine learning") is that phrase's.
+  const dominated = new Set<string>();
+  for (const key of phrases) {
+    const tf = stats.get(key)!.tf;
+    for (const part of key.split(' ')) if (tf * 2 >= stats.get(part)!.tf) dominated.add(part);
+  }
   const kept: typeof scored = [];
   for (const c of scored) {
     if (kept.length >= max) break;
-    if (!c.key.includes(' ')) {
-      const covered = kept.some((k) => k.key.includes(' ') && k.key.split(' ').includes(c.key) && k.s.tf * 2 >= c.s.tf);
-      if (covered) continue;
-    } else {
-      // A phrase whose words are already both listed adds little.
-      const [a, b] = c.key.split(' ');
-      if (kept.some((k) => k.key === a) && kept.some((k) => k.key === b)) continue;
-    }
+    if (c.key.includes(' ') ? !phrases.has(c.key) : dominated.has(c.key)) continue;
     kept.push(c);
   }
   const top = kept[0]?.score ?? 1;
