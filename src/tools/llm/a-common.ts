@@ -99,5 +99,8 @@ export function jaccard(a: string | Set<string>, b: string | Set<string>): numbe
  * characters. Input is expected to be one line already (see `clean`).
  */
 export function mdText(s: string): string {
-  return s.replace(/[\\`*_[\]<>|#!~]/g, (c) => `\\${c}`);
+  return s
+    .replace(/[\\`*_[\]<>|#!~]/g, (c) => `\\${c}`)
+    .replace(/^([-+=])/, '\\$1') // a list item, or a setext heading underline
+    .replace(/^(\d+)([.)])/, '$1\\$2'); // an ordered list item
 }

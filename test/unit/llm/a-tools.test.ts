@@ -234,6 +234,8 @@ describe('rules computed in code', () => {
     expect(spec.markdown).toContain('Expire links \\!\\[x\\](https://evil.test/?q=1)');
     expect(spec.markdown).not.toContain('![x]');
     expect(mdText('a_b')).toBe('a\\_b');
+    expect(mdText('- not a list')).toBe('\\- not a list');
+    expect(mdText('1. not a list')).toBe('1\\. not a list');
     expect(() => buildSpec({ title: 't', actors: [], requirements: [{ text: ' ', priority: 'must', acceptance: [] }], non_functional: [], open_questions: [], assumptions: [] }, 'i')).toThrow(
       /no requirements/,
     );
