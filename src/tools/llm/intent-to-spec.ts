@@ -11,7 +11,7 @@ import { LlmMetaSchema, META_OUTPUT, clean, cleanList, contextField, llmOf, mdTe
 
 export const PROMPT_VERSION = 'intent_to_spec/1';
 const MAX_INTENT_CHARS = 8_000;
-const MAX_TOKENS = 4_000;
+const MAX_TOKENS = 6_000;
 
 const PRIORITIES = ['must', 'should', 'could'] as const;
 const NFR_CATEGORIES = [
