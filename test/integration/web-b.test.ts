@@ -22,7 +22,7 @@ const PAGE = `<!doctype html><html lang="en"><head><title> Acme  Widgets </title
 const SITEMAP_CAP = 8_000_000;
 
 /** Cloudflare's email obfuscation: a key byte, then the address XOR the key, in hex. */
-const cfEncode = (key: number, email: string) => key.toString(16).padStart(2, '0') + Buffer.from(email).map((b) => b ^ key).toString('hex');
+const cfEncode = (key: number, email: string) => key.toString(16).padStart(2, '0') + Buffer.from(Buffer.from(email).map((b) => b ^ key)).toString('hex');
 
 function routeContactSite(): void {
   site.route('/c/', {
