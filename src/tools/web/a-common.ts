@@ -92,3 +92,50 @@ export type SecurityHeaders = z.infer<typeof SecurityHeadersSchema>;
 export function securityHeaders(headers: Record<string, string>): SecurityHeaders {
   return Object.fromEntries(SECURITY_HEADERS.map((h) => [h, headers[h] ?? null])) as SecurityHeaders;
 }
+
+// At most `limit` connections at once to one host from this process, for group A's own connectors
+// (deploy_verify, grabr_intel's TLS probe), which do not go through ctx.http and its limiter.
+const slots = new Map<string, { running: number; waiting: Array<() => void> }>();
+
+/** Waits for one of the host's WEB_PER_HOST slots; call the returned function to give it back. */
+export async function acquireHostSlot(host: string, limit: number, signal: AbortSignal): Promise<() => void> {
+  const key = host.toLowerCase();
+  let q = slots.get(key);
+  if (!q) {
+    q = { running: 0, waiting: [] };
+    slots.set(key, q);
+  }
+  const entry = q;
+  if (entry.running >= limit) {
+    await new Promise<void>((resolve, reject) => {
+      const go = () => {
+        signal.removeEventListener('abort', onAbort);
+        resolve();
+      };
+      const onAbort = () => {
+        const i = entry.waiting.indexOf(go);
+        if (i >= 0) entry.waiting.splice(i, 1);
+        reject(signal.reason);
+      };
+      entry.waiting.push(go);
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
+  } else entry.running += 1;
+  let released = false;
+  return () => {
+    if (released) return;
+    released = true;
+    const next = entry.waiting.shift();
+    if (next) next();
+    else {
+      entry.running -= 1;
+      if (entry.running === 0) slots.delete(key);
+    }
+  };
+}
+
+/** Connections held or awaited for a host (tests). */
+export function hostSlotLoad(host: string): number {
+  const q = slots.get(host.toLowerCase());
+  return q ? q.running + q.waiting.length : 0;
+}

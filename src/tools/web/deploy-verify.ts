@@ -5,7 +5,7 @@ import { request } from 'undici';
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { defineTool, type ToolContext } from '../types.js';
-import { SecurityHeadersSchema, dnsOf, httpUrlField, securityHeaders, sleep } from './a-common.js';
+import { SecurityHeadersSchema, acquireHostSlot, dnsOf, httpUrlField, securityHeaders, sleep } from './a-common.js';
 import { TlsInfoSchema, tlsInfoOf, type TlsInfo } from './a-tls.js';
 import { decodeText, discard, explainFetchError, flatHeaders, MAX_REDIRECTS, readCapped } from './guarded-http.js';
 import { PinnedAgent, vetDestination } from './net-guard.js';
@@ -208,6 +208,7 @@ async function runAttempt(input: Input, ctx: ToolContext): Promise<AttemptResult
   for (;;) {
     hop = { dns: null, connect: null, tls: null, ttfb: null };
     tls = null;
+    let release: (() => void) | undefined;
     let socketStart = 0;
     let connected = 0;
     let secured = 0;
@@ -241,6 +242,8 @@ async function runAttempt(input: Input, ctx: ToolContext): Promise<AttemptResult
       hop.dns = performance.now() - t0;
       agent.pin(dest);
       let sent = 0;
+      // Politeness as ctx.http has it: at most WEB_PER_HOST requests at once per host from this process.
+      release = await acquireHostSlot(current.host, ctx.config.WEB_PER_HOST, signal);
       const res = await request(current, {
         method: 'GET',
         dispatcher: agent.dispatcher,
@@ -288,6 +291,7 @@ async function runAttempt(input: Input, ctx: ToolContext): Promise<AttemptResult
       if (explained instanceof AppError) return result({ error: { reason: String(explained.details['reason'] ?? 'fetch_failed'), message: explained.message } });
       throw explained;
     } finally {
+      release?.();
       await agent.close().catch(() => {});
     }
   }

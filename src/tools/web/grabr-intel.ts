@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { runTask } from '../../sandbox/tasks.js';
 import { defineTool, type GuardedResponse, type ToolContext } from '../types.js';
-import { SecurityHeadersSchema, dnsOf, guardedHttpOf, securityHeaders } from './a-common.js';
+import { SecurityHeadersSchema, acquireHostSlot, dnsOf, guardedHttpOf, securityHeaders } from './a-common.js';
 import { DmarcSchema, SpfSchema, parseDmarc, parseSpf } from './a-email-auth.js';
 import { probeTls, TlsInfoSchema, type TlsInfo } from './a-tls.js';
 import { normaliseDomain } from './domain-check.js';
@@ -341,7 +341,12 @@ async function readTls(originUrl: URL, domain: string, ctx: ToolContext, resolve
   const target = new URL(originUrl.protocol === 'https:' ? originUrl.origin : `https://${originUrl.host.replace(/:\d+$/, '')}`);
   try {
     const dest = await vetDestination(target, { config: ctx.config, resolver, signal: ctx.signal, tool: TOOL });
-    return await probeTls(dest, { servername: domain, timeoutMs: TLS_TIMEOUT_MS, signal: ctx.signal, tool: TOOL });
+    const release = await acquireHostSlot(target.host, ctx.config.WEB_PER_HOST, ctx.signal);
+    try {
+      return await probeTls(dest, { servername: domain, timeoutMs: TLS_TIMEOUT_MS, signal: ctx.signal, tool: TOOL });
+    } finally {
+      release();
+    }
   } catch (e) {
     if (e instanceof AppError && e.code === 'timeout') throw e;
     unavailable.push({ part: 'tls', reason: e instanceof Error ? e.message : String(e) });

@@ -29,6 +29,8 @@ let forbidden: HttpTarget;
 let rdap: HttpTarget;
 let deadPort: number;
 let flaky = 0;
+let inFlight = 0;
+let maxInFlight = 0;
 
 beforeAll(async () => {
   [search, dns, cdx] = await Promise.all([startFakeSearxng(), startDnsFake(), startFakeCdx()]);
@@ -40,6 +42,14 @@ beforeAll(async () => {
       '/hop': [302, { location: '/' }, ''],
       '/flaky': (_req, res) => void (++flaky < 3 ? res.writeHead(503).end('warming up') : res.writeHead(200, { 'content-type': 'text/plain' }).end('ready')),
       '/to-forbidden': (_req, res) => void res.writeHead(302, { location: forbidden.url('/') }).end(),
+      '/busy': (_req, res) => {
+        inFlight += 1;
+        maxInFlight = Math.max(maxInFlight, inFlight);
+        setTimeout(() => {
+          inFlight -= 1;
+          res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+        }, 60);
+      },
       '/article': [200, { 'content-type': 'text/html' }, `<html><head><title>Our contract tool</title></head><body><main><p>${IDEA}</p></main></body></html>`],
     }),
   );
@@ -188,6 +198,17 @@ describe('deploy_verify', () => {
       [3, true, 200],
     ]);
     expect(made.progress.filter((p) => p.stage === 'checking').map((p) => p.done)).toEqual([1, 2, 3]);
+  });
+
+  it('sends at most WEB_PER_HOST requests at once to one host', async () => {
+    maxInFlight = 0;
+    const made = ctxFor({ WEB_PER_HOST: '1' });
+    const outs = await Promise.all([1, 2, 3].map(() => run<DeployVerifyOutput>(deployVerify as AnyTool, { url: site.url('/busy') }, made)));
+    expect(outs.every((o) => o.ok)).toBe(true);
+    expect(maxInFlight).toBe(1);
+    maxInFlight = 0;
+    await Promise.all([1, 2, 3].map(() => run<DeployVerifyOutput>(deployVerify as AnyTool, { url: site.url('/busy') }, ctxFor({ WEB_PER_HOST: '3' }))));
+    expect(maxInFlight).toBe(3);
   });
 
   it('an unreachable target is a failed check, not a failed call', async () => {
