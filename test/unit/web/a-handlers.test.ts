@@ -211,6 +211,14 @@ describe('deploy_verify', () => {
     expect(maxInFlight).toBe(3);
   });
 
+  it('a failed TLS handshake (https to a plain-http port) is a failed attempt with its reason', async () => {
+    const out = await run<DeployVerifyOutput>(deployVerify as AnyTool, { url: `https://${site.hostPort}/` });
+    expect(out.ok).toBe(false);
+    expect(out.status).toBeNull();
+    expect(out.tls).toBeNull();
+    expect(out.error!.reason).toMatch(/tls_error|connection_reset|invalid_response/);
+  });
+
   it('an unreachable target is a failed check, not a failed call', async () => {
     const out = await run<DeployVerifyOutput>(deployVerify as AnyTool, { url: `http://127.0.0.1:${deadPort}/` });
     expect(out.ok).toBe(false);
