@@ -143,6 +143,7 @@ async function acquire(config: Config, signal: AbortSignal): Promise<() => void>
     limiters.set(config, l);
   }
   const lim = l;
+  if (signal.aborted) throw signal.reason instanceof AppError ? signal.reason : new AppError('timeout', 'cancelled before a model slot was free');
   if (lim.running >= config.LLM_MAX_INFLIGHT) {
     await new Promise<void>((resolve, reject) => {
       const go = () => {
