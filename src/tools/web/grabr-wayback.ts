@@ -24,6 +24,7 @@ const SNAPSHOT_MAX_BYTES = 2 * 1024 * 1024;
 const CACHE_TTL_MS = 60 * 60 * 1000;
 const TIMESTAMP = /^\d{4,14}$/;
 
+// A plain object schema (MCP, OpenAPI and q read its shape); `from` after `to` is checked in the handler.
 const Input = z
   .object({
     url: httpUrlField('The page or site to look up, e.g. "https://example.com/pricing" or "example.com"'),
@@ -36,8 +37,7 @@ const Input = z
     limit: z.number().int().min(1).max(1000).default(100).describe('Captures to return, 1-1,000 (default 100)'),
     order: z.enum(['newest', 'oldest']).default('newest').describe('Which end of the history the limit keeps (results are always listed oldest first)'),
     snapshot: z.boolean().default(false).describe('Also read the text of the newest capture that answered 200'),
-  })
-  .refine((v) => !v.from || !v.to || v.from.padEnd(14, '0') <= v.to.padEnd(14, '9'), { message: '`from` must not be after `to`', path: ['from'] });
+  });
 
 const Capture = z.object({
   timestamp: z.string(),
@@ -108,6 +108,9 @@ export const grabrWayback = defineTool({
   handler: async (input, ctx): Promise<GrabrWaybackOutput> => {
     const cdxUrl = ctx.config.WAYBACK_CDX_URL;
     if (!cdxUrl) throw new AppError('tool_unavailable', 'grabr_wayback needs the Wayback CDX API (WAYBACK_CDX_URL), which is disabled here. Nothing was charged.', { needs: ['wayback'] });
+    if (input.from && input.to && input.from.padEnd(14, '0') > input.to.padEnd(14, '9')) {
+      throw new AppError('invalid_input', '`from` must not be after `to`', { issues: [{ path: ['from'], message: '`from` must not be after `to`' }] });
+    }
     const base = ctx.config.WAYBACK_BASE_URL;
     const key = createHash('sha256').update(JSON.stringify([cdxUrl, base, input])).digest('hex');
     const hit = cache.get(key);

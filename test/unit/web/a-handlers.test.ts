@@ -293,7 +293,16 @@ describe('grabr_wayback', () => {
   it('validates its input', () => {
     expect(grabrWayback.input.safeParse({ url: 'https://w.test/', limit: 1001 }).success).toBe(false);
     expect(grabrWayback.input.safeParse({ url: 'https://w.test/', from: '2020-01' }).success).toBe(false);
-    expect(grabrWayback.input.safeParse({ url: 'https://w.test/', from: '2021', to: '2020' }).success).toBe(false);
+    expect(grabrWayback.input.safeParse({ url: 'https://w.test/', match: 'regex' }).success).toBe(false);
+  });
+
+  it('from after to is a 400 before any upstream call', async () => {
+    const e = await failure(run(grabrWayback as AnyTool, { url: 'https://w.test/', from: '2021', to: '2020' }));
+    expect(e).toMatchObject({ code: 'invalid_input', status: 400 });
+    expect(cdx.cdxRequests).toHaveLength(0);
+    // Same-year bounds are a valid range.
+    await run(grabrWayback as AnyTool, { url: 'https://w.test/', from: '2020', to: '2020' });
+    expect(cdx.cdxRequests).toHaveLength(1);
     expect(grabrWayback.input.safeParse({ url: 'https://w.test/', match: 'regex' }).success).toBe(false);
   });
 });

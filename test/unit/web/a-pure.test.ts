@@ -258,6 +258,16 @@ describe('deploy_verify checks', () => {
 });
 
 describe('inputs', () => {
+  it('are plain object schemas whose q field is described', async () => {
+    const { webToolsA } = await import('../../../src/tools/web/group-a.js');
+    const { z } = await import('zod');
+    for (const tool of webToolsA) {
+      expect(tool.input, tool.name).toBeInstanceOf(z.ZodObject);
+      const shape = (tool.input as InstanceType<typeof z.ZodObject>).shape as Record<string, { description?: string }>;
+      expect(shape[tool.qField]?.description, tool.name).toBeTruthy();
+    }
+  });
+
   it('parse to values that parse to themselves (the service parses at admission and again in the worker)', async () => {
     const { webToolsA } = await import('../../../src/tools/web/group-a.js');
     const extra: Record<string, unknown[]> = {
