@@ -43,7 +43,7 @@ export interface WatchPageInput {
   body: Uint8Array;
 }
 
-const MAX_TRACKS = 200;
+const MAX_TRACKS = 100;
 const MAX_DESCRIPTION_CHARS = 10_000;
 const MAX_TITLE_CHARS = 1_000;
 const MAX_TAGS = 100;
@@ -151,7 +151,7 @@ function tracksOf(player: Record<string, unknown>): CaptionTrack[] {
     const t = obj(raw);
     const baseUrl = str(t?.['baseUrl']);
     const language = str(t?.['languageCode']);
-    if (!t || !baseUrl || !language || baseUrl.length > 4096 || !/^[A-Za-z0-9-]{1,35}$/.test(language)) continue;
+    if (!t || !baseUrl || !language || baseUrl.length > 2048 || !/^[A-Za-z0-9-]{1,35}$/.test(language)) continue;
     out.push({ base_url: baseUrl, language, kind: t['kind'] === 'asr' ? 'asr' : 'manual', name: textOf(t['name']).slice(0, 200) || language });
   }
   return out;
@@ -159,6 +159,8 @@ function tracksOf(player: Record<string, unknown>): CaptionTrack[] {
 
 export interface Json3Input {
   body: Uint8Array;
+  /** The pool's result cap (TOOL_MAX_RESULT_BYTES): the segments stop before their JSON would pass it. */
+  max_result_bytes: number;
 }
 
 export interface Json3Output {
@@ -166,7 +168,7 @@ export interface Json3Output {
   starts: number[];
   durs: number[];
   texts: string[];
-  /** The track passed MAX_TRANSCRIPT_CHARS or MAX_SEGMENTS: the segments after that are left out. */
+  /** The track passed MAX_TRANSCRIPT_CHARS, MAX_SEGMENTS or the result cap: the segments after that are left out. */
   truncated: boolean;
 }
 
@@ -180,7 +182,7 @@ export const MAX_SEGMENTS = 20_000;
  * text (window and style events, the line breaks of automatic captions) are left out. null when the
  * body is not a json3 track.
  */
-export function parseJson3Task({ body }: Json3Input): Json3Output | null {
+export function parseJson3Task({ body, max_result_bytes }: Json3Input): Json3Output | null {
   let doc: unknown;
   try {
     doc = JSON.parse(new TextDecoder('utf-8').decode(body));
@@ -191,6 +193,8 @@ export function parseJson3Task({ body }: Json3Input): Json3Output | null {
   if (!Array.isArray(events)) return null;
   const out: Json3Output = { starts: [], durs: [], texts: [], truncated: false };
   let chars = 0;
+  // The result's JSON, as the pool measures it (UTF-8 bytes), with room for its keys and the envelope.
+  let bytes = 200;
   for (const raw of events) {
     const e = obj(raw);
     if (!e || !Array.isArray(e['segs'])) continue;
@@ -200,15 +204,17 @@ export function parseJson3Task({ body }: Json3Input): Json3Output | null {
       .replace(/\s+/g, ' ')
       .trim();
     if (!text) continue;
-    if (out.texts.length >= MAX_SEGMENTS || chars + text.length > MAX_TRANSCRIPT_CHARS) {
+    const start = Math.round(typeof e['tStartMs'] === 'number' && Number.isFinite(e['tStartMs']) ? Math.max(0, e['tStartMs']) : 0) / 1000;
+    const dur = Math.round(typeof e['dDurationMs'] === 'number' && Number.isFinite(e['dDurationMs']) ? Math.max(0, e['dDurationMs']) : 0) / 1000;
+    const cost = Buffer.byteLength(JSON.stringify(text)) + String(start).length + String(dur).length + 3;
+    if (out.texts.length >= MAX_SEGMENTS || chars + text.length > MAX_TRANSCRIPT_CHARS || bytes + cost > max_result_bytes) {
       out.truncated = true;
       break;
     }
     chars += text.length + 1;
-    const start = typeof e['tStartMs'] === 'number' && Number.isFinite(e['tStartMs']) ? Math.max(0, e['tStartMs']) : 0;
-    const dur = typeof e['dDurationMs'] === 'number' && Number.isFinite(e['dDurationMs']) ? Math.max(0, e['dDurationMs']) : 0;
-    out.starts.push(Math.round(start) / 1000);
-    out.durs.push(Math.round(dur) / 1000);
+    bytes += cost;
+    out.starts.push(start);
+    out.durs.push(dur);
     out.texts.push(text);
   }
   return out;

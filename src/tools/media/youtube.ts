@@ -100,7 +100,7 @@ export interface LoadedVideo {
 export interface LoadedTranscript {
   track: CaptionTrack;
   segments: Segment[];
-  /** The track was longer than the transcript caps (400,000 characters or 20,000 segments). */
+  /** The track was longer than the transcript caps (400,000 characters, 20,000 segments, or TOOL_MAX_RESULT_BYTES of JSON). */
   truncated: boolean;
 }
 
@@ -245,7 +245,7 @@ export async function loadTrack(track: CaptionTrack, ctx: ToolContext): Promise<
   if (res.body.length === 0) {
     throw unavailable('the caption track came back empty (the site requires a proof-of-origin token from a browser player)', { reason: 'empty_captions' });
   }
-  const parsed = await runTask(ctx, 'yt_json3', { body: res.body });
+  const parsed = await runTask(ctx, 'yt_json3', { body: res.body, max_result_bytes: ctx.config.TOOL_MAX_RESULT_BYTES });
   if (!parsed) throw unavailable('the caption track is not json3', { reason: 'caption_format' });
   await ctx.progress({ stage: 'parsed', message: 'captions', done: 3, total: 3 });
   const segments = parsed.texts.map((text, i) => ({ start: parsed.starts[i]!, dur: parsed.durs[i]!, text }));

@@ -120,23 +120,34 @@ describe('parseJson3Task', () => {
       { start: 3, dur: 1.5, text: 'to the show.' },
     ];
     for (const kind of [undefined, 'asr' as const]) {
-      const r = parseJson3Task({ body: enc(json3Of({ lang: 'en', kind, cues })) });
+      const r = parseJson3Task({ body: enc(json3Of({ lang: 'en', kind, cues })), max_result_bytes: 1e6 });
       expect(r).toEqual({ starts: [0.5, 3], durs: [2.25, 1.5], texts: ['Hello and welcome', 'to the show.'], truncated: false });
     }
   });
 
   it('line breaks inside an event become spaces; missing durations are 0; not json3 is null', () => {
     const body = JSON.stringify({ events: [{ tStartMs: 1000, segs: [{ utf8: 'two\nlines' }] }, { tStartMs: 2000, segs: [{}] }] });
-    expect(parseJson3Task({ body: enc(body) })).toEqual({ starts: [1], durs: [0], texts: ['two lines'], truncated: false });
-    expect(parseJson3Task({ body: enc('<transcript/>') })).toBeNull();
-    expect(parseJson3Task({ body: enc('{"wireMagic":"pb3"}') })).toBeNull();
+    expect(parseJson3Task({ body: enc(body), max_result_bytes: 1e6 })).toEqual({ starts: [1], durs: [0], texts: ['two lines'], truncated: false });
+    expect(parseJson3Task({ body: enc('<transcript/>'), max_result_bytes: 1e6 })).toBeNull();
+    expect(parseJson3Task({ body: enc('{"wireMagic":"pb3"}'), max_result_bytes: 1e6 })).toBeNull();
   });
 
   it('stops at the segment cap and says so', () => {
     const events = Array.from({ length: MAX_SEGMENTS + 5 }, (_, i) => ({ tStartMs: i * 1000, dDurationMs: 900, segs: [{ utf8: `w${i}` }] }));
-    const r = parseJson3Task({ body: enc(JSON.stringify({ events })) })!;
+    const r = parseJson3Task({ body: enc(JSON.stringify({ events })), max_result_bytes: 10e6 })!;
     expect(r.texts).toHaveLength(MAX_SEGMENTS);
     expect(r.truncated).toBe(true);
+  });
+
+  it('stops before its JSON passes the result cap, counting UTF-8 bytes', () => {
+    const events = Array.from({ length: 5000 }, (_, i) => ({ tStartMs: i * 1000, dDurationMs: 900, segs: [{ utf8: '日本語の字幕です'.repeat(10) }] }));
+    for (const cap of [1024, 100_000, 1_000_000]) {
+      const r = parseJson3Task({ body: enc(JSON.stringify({ events })), max_result_bytes: cap })!;
+      expect(r.truncated).toBe(true);
+      const size = Buffer.byteLength(JSON.stringify({ value: r, usage: {} }));
+      expect(size).toBeLessThanOrEqual(cap);
+      expect(size).toBeGreaterThan(cap * 0.9 - 300);
+    }
   });
 });
 
