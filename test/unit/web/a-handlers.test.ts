@@ -364,6 +364,11 @@ describe('grabr_intel', () => {
     expect(grabrIntel.input.safeParse({ domain: 'ftp://x.test' }).success).toBe(false);
   });
 
+  it('a DNS resolver that does not answer is 503 tool_unavailable', async () => {
+    const e = await failure(run(grabrIntel as AnyTool, { domain: 'intel.test' }, ctxFor({ DNS_SERVERS: `127.0.0.1:${deadPort}`, DNS_TIMEOUT_MS: '300' })));
+    expect(e).toMatchObject({ code: 'tool_unavailable', status: 503 });
+  });
+
   it('a name that does not exist still answers, with the web parts unavailable', async () => {
     const out = await run<GrabrIntelOutput>(grabrIntel as AnyTool, { domain: 'nowhere.test' });
     expect(out.dns.A).toEqual([]);
