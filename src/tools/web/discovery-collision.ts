@@ -111,21 +111,30 @@ export const discoveryCollision = defineTool({
     const unread: DiscoveryCollisionOutput['pages_unread'] = [];
     if (input.read_pages > 0 && hits.length) {
       const http = guardedHttpOf(ctx, TOOL);
-      for (const [i, h] of hits.slice(0, input.read_pages).entries()) {
-        try {
-          const res = await http.fetch(h.url, { maxBytes: PAGE_MAX_BYTES, skipBody: (mime) => mime !== null && mime !== 'text/html' && mime !== 'application/xhtml+xml' && !mime.startsWith('text/') });
-          if (res.status >= 400) unread.push({ url: h.url, reason: `answered ${res.status}` });
-          else if (res.content_type === 'text/html' || res.content_type === 'application/xhtml+xml' || res.content_type === null) {
-            const page = await runTask(ctx, 'extract_html', { body: res.body, baseUrl: res.final_url, headerCharset: res.charset });
-            pages.set(i, page.text.slice(0, PAGE_TEXT_CHARS));
-          } else if (res.content_type.startsWith('text/')) pages.set(i, res.text().slice(0, PAGE_TEXT_CHARS));
-          else unread.push({ url: h.url, reason: `not text (${res.content_type})` });
-        } catch (e) {
-          if (e instanceof AppError && e.code === 'timeout') throw e;
-          unread.push({ url: h.url, reason: e instanceof AppError ? e.message : 'could not be read' });
-        }
-        await step('reading', h.url);
-      }
+      // Read at once (ctx.http still holds each host to WEB_PER_HOST); outcomes are kept in hit order.
+      const outcomes = await Promise.all(
+        hits.slice(0, input.read_pages).map(async (h): Promise<{ text: string } | { reason: string }> => {
+          try {
+            const res = await http.fetch(h.url, { maxBytes: PAGE_MAX_BYTES, skipBody: (mime) => mime !== null && mime !== 'application/xhtml+xml' && !mime.startsWith('text/') });
+            if (res.status >= 400) return { reason: `answered ${res.status}` };
+            if (res.content_type === 'text/html' || res.content_type === 'application/xhtml+xml' || res.content_type === null) {
+              const page = await runTask(ctx, 'extract_html', { body: res.body, baseUrl: res.final_url, headerCharset: res.charset });
+              return { text: page.text.slice(0, PAGE_TEXT_CHARS) };
+            }
+            if (res.content_type.startsWith('text/')) return { text: res.text().slice(0, PAGE_TEXT_CHARS) };
+            return { reason: `not text (${res.content_type})` };
+          } catch (e) {
+            if (e instanceof AppError && e.code === 'timeout') throw e;
+            return { reason: e instanceof AppError ? e.message : 'could not be read' };
+          } finally {
+            await step('reading', h.url);
+          }
+        }),
+      );
+      outcomes.forEach((o, i) => {
+        if ('text' in o) pages.set(i, o.text);
+        else unread.push({ url: hits[i]!.url, reason: o.reason });
+      });
     }
     while (done < steps - 1) await step('reading');
 
