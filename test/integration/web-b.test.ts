@@ -171,6 +171,27 @@ describe('grabr_scrape', () => {
     expect(site.requests.length).toBe(before);
   });
 
+  it('a 100 MB page stops at the byte cap and a deeply nested one at the parse cap: truncated results, no freeze', async () => {
+    site.route('/huge', async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' });
+      res.write('<html><head><title>Huge</title></head><body><h1>Big</h1>');
+      const chunk = Buffer.from('<p>lorem ipsum dolor sit amet</p>'.repeat(32_768)); // ~1 MB
+      for (let sent = 0; sent < 100_000_000 && !res.destroyed; sent += chunk.length) {
+        if (!res.write(chunk)) await new Promise<void>((r) => { res.once('drain', r); res.once('close', r); });
+      }
+      res.end();
+    });
+    site.route('/deep', { body: `<html><head><title>Deep</title></head><body><h1>Top</h1>${'<div>'.repeat(100_000)}x${'</div>'.repeat(100_000)}</body></html>` });
+    const t0 = Date.now();
+    const huge = await h.call('grabr_scrape', { url: site.url('/huge'), fields: { h: 'h1' } }, key);
+    expect(huge.statusCode, huge.body).toBe(200);
+    expect(json(huge).result).toMatchObject({ fields: { h: 'Big' }, metadata: { title: 'Huge' }, truncated: true });
+    const deep = await h.call('grabr_scrape', { url: site.url('/deep'), fields: { h: 'h1' } }, key);
+    expect(deep.statusCode, deep.body).toBe(200);
+    expect(json(deep).result).toMatchObject({ fields: { h: 'Top' }, metadata: { title: 'Deep' }, truncated: true });
+    expect(Date.now() - t0).toBeLessThan(25_000);
+  }, 40_000);
+
   it('a path robots.txt disallows is 403 robots_disallowed, never requested, not charged', async () => {
     site.route('/private/page', { body: '<html><body>secret</body></html>' });
     const res = await h.call('grabr_scrape', { url: site.url('/private/page') }, key);

@@ -38,7 +38,10 @@ export interface SitemapTaskOutput {
   kind: 'urlset' | 'index';
   /** An index's child sitemaps on the same site (at most MAX_INDEX_CHILDREN). */
   sitemaps: string[];
-  urls: SitemapEntry[];
+  /** The entries taken, in columns (a smaller pool result than one object per entry): loc, lastmod, priority 0..1. */
+  locs: string[];
+  lastmods: Array<string | null>;
+  priorities: Array<number | null>;
   /** Entries passing the filters in the whole file. */
   matched: number;
   /** Where the next call continues (an index into the matching entries), or null when done. */
@@ -49,6 +52,11 @@ export interface SitemapTaskOutput {
 }
 
 export const MAX_INDEX_CHILDREN = 1_000;
+
+/** The entries of a task's answer as objects. */
+export function entriesOf(out: Pick<SitemapTaskOutput, 'locs' | 'lastmods' | 'priorities'>): SitemapEntry[] {
+  return out.locs.map((loc, i) => ({ loc, lastmod: out.lastmods[i] ?? null, priority: out.priorities[i] ?? null }));
+}
 
 /** Same registrable domain (tldts), or the same host for IP addresses and hosts without a public suffix. */
 export function sameSite(url: string, siteHost: string, siteDomain: string | null): boolean {
@@ -143,7 +151,7 @@ export function sitemapTask(input: SitemapTaskInput): SitemapTaskOutput {
   } catch (e) {
     throw new AppError('fetch_failed', `the sitemap is not well-formed XML: ${e instanceof Error ? e.message : String(e)}`, { reason: 'invalid_response' });
   }
-  const out: SitemapTaskOutput = { kind: 'urlset', sitemaps: [], urls: [], matched: 0, next: null, foreign: 0, bytes: xml.length };
+  const out: SitemapTaskOutput = { kind: 'urlset', sitemaps: [], locs: [], lastmods: [], priorities: [], matched: 0, next: null, foreign: 0, bytes: xml.length };
   const index = doc['sitemapindex'] as Record<string, unknown> | undefined;
   if (index && typeof index === 'object') {
     out.kind = 'index';
@@ -164,21 +172,28 @@ export function sitemapTask(input: SitemapTaskInput): SitemapTaskOutput {
     return out; // <urlset/> with no entries
   }
   let budget = input.budgetBytes;
+  // Most entries share a host: decide each host once.
+  const hostVerdict = new Map<string, boolean>();
   for (const u of (set['url'] as unknown[] | undefined) ?? []) {
     const e = u as Record<string, unknown> | null;
     const loc = text(e?.['loc']);
     if (!loc) continue;
-    let path: string;
+    let parsed: URL;
     try {
-      path = new URL(loc).pathname;
+      parsed = new URL(loc);
     } catch {
       continue;
     }
-    if (!sameSite(loc, input.siteHost, input.siteDomain)) {
+    let same = hostVerdict.get(parsed.host);
+    if (same === undefined) {
+      same = sameSite(parsed.href, input.siteHost, input.siteDomain);
+      hostVerdict.set(parsed.host, same);
+    }
+    if (!same || (parsed.protocol !== 'http:' && parsed.protocol !== 'https:')) {
       out.foreign++;
       continue;
     }
-    if (input.pathPrefix && !path.startsWith(input.pathPrefix)) continue;
+    if (input.pathPrefix && !parsed.pathname.startsWith(input.pathPrefix)) continue;
     const lastmod = text(e?.['lastmod']);
     if (input.sinceMs !== null) {
       const t = lastmod ? Date.parse(lastmod) : NaN;
@@ -186,16 +201,21 @@ export function sitemapTask(input: SitemapTaskInput): SitemapTaskOutput {
     }
     const position = out.matched++;
     if (position < input.skip || out.next !== null) continue;
-    const cost = loc.length + (lastmod?.length ?? 4) + 48;
-    if (out.urls.length >= input.take || cost > budget) {
+    const rawPriority = text(e?.['priority']);
+    const p = rawPriority === null ? NaN : Number(rawPriority);
+    const priority = Number.isFinite(p) && p >= 0 && p <= 1 ? p : null;
+    // The entry's JSON size in the columnar result (see SitemapTaskOutput).
+    const cost = JSON.stringify(loc).length + (lastmod ? JSON.stringify(lastmod).length : 4) + (priority === null ? 4 : String(priority).length) + 3;
+    if (out.locs.length >= input.take || cost > budget) {
       out.next = position;
       continue;
     }
     budget -= cost;
-    const p = Number(text(e?.['priority']));
-    out.urls.push({ loc, lastmod, priority: text(e?.['priority']) !== null && Number.isFinite(p) && p >= 0 && p <= 1 ? p : null });
+    out.locs.push(loc);
+    out.lastmods.push(lastmod);
+    out.priorities.push(priority);
   }
   // Nothing more is wanted: no continuation.
-  if (out.next !== null && out.urls.length >= input.take) out.next = null;
+  if (out.next !== null && out.locs.length >= input.take) out.next = null;
   return out;
 }

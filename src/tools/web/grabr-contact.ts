@@ -80,7 +80,7 @@ class Collected<T> {
 async function crawl(input: z.output<typeof Input>, ctx: ToolContext): Promise<ContactResult> {
   const robots = createRobots(ctx, TOOL);
   const start = new URL(input.url);
-  const site = siteKey(start);
+  let site = siteKey(start);
   const queue: string[] = [start.href];
   const seen = new Set<string>([start.href]);
   const pages: ContactResult['pages'] = [];
@@ -104,6 +104,8 @@ async function crawl(input: z.output<typeof Input>, ctx: ToolContext): Promise<C
       continue;
     }
     const source = res.final_url;
+    // The site is where the first page landed (http → https, a www. host...).
+    if (first) site = siteKey(new URL(source));
     if (!first && (!isHtml(res) || siteKey(new URL(source)) !== site)) {
       pages.push({ url, status: res.status, error: { code: 'invalid_input', message: isHtml(res) ? 'redirected off the site; not read' : 'not an HTML page; not read' } });
       continue;

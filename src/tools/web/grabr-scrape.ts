@@ -42,7 +42,13 @@ export const FieldSpecSchema = z
   });
 
 export const FieldsSchema = z
-  .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_.-]{0,63}$/, 'field names are 1-64 letters, digits, _ . - (starting with a letter or _)'), FieldSpecSchema)
+  .record(
+    z
+      .string()
+      .regex(/^[A-Za-z_][A-Za-z0-9_.-]{0,63}$/, 'field names are 1-64 letters, digits, _ . - (starting with a letter or _)')
+      .refine((k) => !k.startsWith('__') && k !== 'constructor' && k !== 'prototype', 'reserved field name'),
+    FieldSpecSchema,
+  )
   .refine((f) => Object.keys(f).length <= MAX_FIELDS, `at most ${MAX_FIELDS} fields`)
   .describe('Fields to extract: {name: {selector, attr?, all?}} or {name: "selector"}, at most 50');
 

@@ -4,7 +4,7 @@ import { defineTool, type ToolContext } from '../types.js';
 import { runTask } from '../../sandbox/tasks.js';
 import { webUrl } from './b-input.js';
 import { itemError } from './b-page.js';
-import { sameSite, siteOf, type SitemapEntry } from './b-sitemap-task.js';
+import { entriesOf, sameSite, siteOf, type SitemapEntry } from './b-sitemap-task.js';
 import { assertPageOk, createRobots, grabrFetch } from './robots.js';
 
 /**
@@ -21,8 +21,8 @@ const TOOL = 'grabr_sitemap';
 export const MAX_URLS = 50_000;
 export const MAX_SITEMAP_FILES = 50;
 export const MAX_INDEX_DEPTH = 3;
-/** JSON bytes of entries one pool call returns (pool results are capped by TOOL_MAX_RESULT_BYTES). */
-const CHUNK_BUDGET_BYTES = 600_000;
+/** JSON bytes of entries one pool call returns: pool results are capped by TOOL_MAX_RESULT_BYTES, less room for the rest. */
+const chunkBudget = (maxResultBytes: number) => Math.max(4_096, Math.floor(maxResultBytes * 0.9) - 8_192);
 
 const Input = z.object({
   url: webUrl.describe('The site (any page of it), or a sitemap URL (a path ending in .xml or .xml.gz); a bare host is fetched over https.'),
@@ -123,7 +123,7 @@ async function flatten(input: z.output<typeof Input>, ctx: ToolContext): Promise
           sinceMs,
           skip,
           take,
-          budgetBytes: CHUNK_BUDGET_BYTES,
+          budgetBytes: chunkBudget(ctx.config.TOOL_MAX_RESULT_BYTES),
         });
         source.kind = out.kind;
         if (out.kind === 'index') {
@@ -131,7 +131,8 @@ async function flatten(input: z.output<typeof Input>, ctx: ToolContext): Promise
           source.urls = 0;
           break;
         }
-        for (const e of out.urls) {
+        const taken = entriesOf(out);
+        for (const e of taken) {
           if (seenLocs.has(e.loc)) continue;
           seenLocs.add(e.loc);
           urls.push(e);
@@ -142,7 +143,7 @@ async function flatten(input: z.output<typeof Input>, ctx: ToolContext): Promise
           continue;
         }
         // Matching entries of this file beyond what was taken.
-        const rest = out.matched - (skip + out.urls.length);
+        const rest = out.matched - (skip + taken.length);
         if (rest > 0) {
           overflow += rest;
           truncated = true;

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { gzipSync } from 'node:zlib';
 import { AppError } from '../../../src/errors.js';
-import { sameSite, siteOf, sitemapTask, type SitemapTaskInput } from '../../../src/tools/web/b-sitemap-task.js';
+import { entriesOf, sameSite, siteOf, sitemapTask, type SitemapTaskInput } from '../../../src/tools/web/b-sitemap-task.js';
 
 const base = (body: string | Buffer, over: Partial<SitemapTaskInput> = {}): SitemapTaskInput => ({
   body: typeof body === 'string' ? Buffer.from(body) : body,
@@ -21,6 +21,12 @@ const urlset = (n: number, host = 'https://www.example.co.uk') =>
     (_, i) => `<url><loc>${host}/p/${i}</loc><lastmod>2025-01-${String((i % 28) + 1).padStart(2, '0')}</lastmod><priority>0.5</priority></url>`,
   ).join('')}</urlset>`;
 
+/** The task's answer with its entry columns as objects. */
+function run(input: SitemapTaskInput) {
+  const out = sitemapTask(input);
+  return { ...out, urls: entriesOf(out) };
+}
+
 function fails(input: SitemapTaskInput): AppError {
   try {
     sitemapTask(input);
@@ -35,7 +41,7 @@ describe('sitemap pool task', () => {
   it('reads a urlset: entities decoded, priority a number, same registrable domain only', () => {
     const xml = `<urlset><url><loc>https://shop.example.co.uk/a?x=1&amp;y=2</loc><priority>0.9</priority></url>
       <url><loc>https://evil.co.uk/b</loc></url><url><loc>https://www.example.co.uk/c</loc><priority>7</priority></url></urlset>`;
-    const out = sitemapTask(base(xml));
+    const out = run(base(xml));
     expect(out.kind).toBe('urlset');
     expect(out.urls).toEqual([
       { loc: 'https://shop.example.co.uk/a?x=1&y=2', lastmod: null, priority: 0.9 },
@@ -48,12 +54,12 @@ describe('sitemap pool task', () => {
   it('reads an index (namespaced tags too) and keeps same-site children', () => {
     const xml = `<s:sitemapindex xmlns:s="http://www.sitemaps.org/schemas/sitemap/0.9"><s:sitemap><s:loc>https://example.co.uk/a.xml.gz</s:loc></s:sitemap>
       <s:sitemap><s:loc>https://other.example/b.xml</s:loc></s:sitemap></s:sitemapindex>`;
-    const out = sitemapTask(base(xml));
+    const out = run(base(xml));
     expect(out).toMatchObject({ kind: 'index', sitemaps: ['https://example.co.uk/a.xml.gz'], foreign: 1 });
   });
 
   it('gunzips by magic bytes, and a gzip bomb stops at maxBytes with limit_exceeded', () => {
-    expect(sitemapTask(base(gzipSync(urlset(3)))).urls).toHaveLength(3);
+    expect(run(base(gzipSync(urlset(3)))).urls).toHaveLength(3);
     const t0 = Date.now();
     const err = fails(base(gzipSync(Buffer.alloc(50_000_000)), { maxBytes: 1_000_000 }));
     expect(err.code).toBe('limit_exceeded');
@@ -71,17 +77,17 @@ describe('sitemap pool task', () => {
 
   it('filters by path prefix and lastmod, and pages its answer by take, budget and skip', () => {
     const xml = urlset(100);
-    const since = sitemapTask(base(xml, { sinceMs: Date.parse('2025-01-27') }));
+    const since = run(base(xml, { sinceMs: Date.parse('2025-01-27') }));
     expect(since.matched).toBe(6); // days 27 and 28: i = 26, 27, 54, 55, 82, 83
     expect(since.urls.every((u) => u.lastmod! >= '2025-01-27')).toBe(true);
-    expect(sitemapTask(base(xml, { pathPrefix: '/p/1' })).matched).toBe(11);
-    const first = sitemapTask(base(xml, { take: 10 }));
+    expect(run(base(xml, { pathPrefix: '/p/1' })).matched).toBe(11);
+    const first = run(base(xml, { take: 10 }));
     expect(first.urls.map((u) => u.loc.split('/').pop())).toEqual(['0', '1', '2', '3', '4', '5', '6', '7', '8', '9']);
     expect(first).toMatchObject({ matched: 100, next: null });
-    const budgeted = sitemapTask(base(xml, { budgetBytes: 1_000 }));
+    const budgeted = run(base(xml, { budgetBytes: 1_000 }));
     expect(budgeted.next).toBe(budgeted.urls.length);
     expect(budgeted.urls.length).toBeGreaterThan(0);
-    const rest = sitemapTask(base(xml, { skip: budgeted.next! }));
+    const rest = run(base(xml, { skip: budgeted.next! }));
     expect(budgeted.urls.length + rest.urls.length).toBe(100);
     expect(rest.next).toBeNull();
   });
