@@ -50,6 +50,8 @@ export interface FakeVideo {
   playability?: { status: string; reason?: string };
   /** Answer the watch page with this status (and an error page). */
   pageStatus?: number;
+  /** With a 3xx pageStatus: where it redirects (default the site's consent page). */
+  location?: string;
   /** Answer the watch page with this HTML as is. */
   rawPage?: string;
 }
@@ -192,7 +194,8 @@ export async function startFakeYoutube(): Promise<FakeYoutube> {
       const id = params['v'] ?? '';
       const video = fake.videos.get(id);
       if (video?.pageStatus) {
-        res.writeHead(video.pageStatus, { 'content-type': 'text/html' }).end('<html><body>error</body></html>');
+        const redirect = video.pageStatus >= 300 && video.pageStatus < 400 ? { location: video.location ?? `https://consent.youtube.com/m?continue=${encodeURIComponent(req.url ?? '')}` } : {};
+        res.writeHead(video.pageStatus, { 'content-type': 'text/html', ...redirect }).end('<html><body>error</body></html>');
         return;
       }
       res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(video?.rawPage ?? watchPage(fake.url!, video, id));

@@ -129,6 +129,13 @@ async function get(url: URL, what: string, maxBytes: number, ctx: ToolContext): 
         accept: what === 'watch page' ? 'text/html,application/xhtml+xml' : 'application/json',
       },
     });
+    const retryAfter = String(res.headers['retry-after'] ?? '');
+    const status = res.statusCode;
+    if (status !== 200) {
+      // Only the status matters: the error page is not read.
+      await res.body.dump();
+      return { status, body: Buffer.alloc(0), retryAfter: /^\d{1,5}$/.test(retryAfter) ? Number(retryAfter) : null };
+    }
     const declared = Number(res.headers['content-length']);
     if (Number.isFinite(declared) && declared > maxBytes) {
       res.body.destroy();
@@ -144,8 +151,7 @@ async function get(url: URL, what: string, maxBytes: number, ctx: ToolContext): 
       }
       chunks.push(chunk);
     }
-    const retryAfter = String(res.headers['retry-after'] ?? '');
-    return { status: res.statusCode, body: Buffer.concat(chunks), retryAfter: /^\d{1,5}$/.test(retryAfter) ? Number(retryAfter) : null };
+    return { status, body: Buffer.concat(chunks), retryAfter: null };
   } catch (e) {
     if (e instanceof AppError) throw e;
     if (ctx.signal.aborted) throw new AppError('timeout', `The call was stopped while the video site sent the ${what}`);
@@ -177,8 +183,9 @@ export async function loadVideo(videoId: string, ctx: ToolContext): Promise<Load
   if (status === 'ERROR') {
     throw new AppError('not_found', `Video ${videoId} is not available: ${parsed.playability?.reason ?? 'the site says it does not exist'}`, { video_id: videoId });
   }
-  if (!parsed.details && !parsed.tracks.length) {
-    // LOGIN_REQUIRED ("confirm you're not a bot", private, age-restricted), UNPLAYABLE...: nothing readable.
+  if ((status !== 'OK' || !parsed.details) && !parsed.tracks.length) {
+    // LOGIN_REQUIRED ("confirm you're not a bot", private, age-restricted), UNPLAYABLE, LIVE_STREAM_OFFLINE...:
+    // the site hides the tracks, so whether the video has captions is unknown; not a no_captions answer.
     throw unavailable(`the site did not show video ${videoId} (${status}${parsed.playability?.reason ? `: ${parsed.playability.reason}` : ''})`, { playability: status });
   }
   return { video_id: videoId, details: parsed.details, tracks: parsed.tracks };

@@ -146,6 +146,10 @@ describe('grabr_transcript', () => {
   it('the site failing: a 500 page, a 500 track, 429, a page without a player response, a huge page, no answer in time', async () => {
     yt.add({ id: 'trackfail01', tracks: [{ lang: 'en', status: 500 }] });
     await expect(transcript({ video: 'trackfail01' })).rejects.toMatchObject({ code: 'tool_unavailable', details: { upstream_status: 500 } });
+    yt.add({ id: 'redirect001', pageStatus: 302, location: `${other.url}/watch?v=redirect001` });
+    const seen = other.requests.length;
+    await expect(transcript({ video: 'redirect001' })).rejects.toMatchObject({ code: 'tool_unavailable', message: expect.stringMatching(/redirects are not followed/) });
+    expect(other.requests.length).toBe(seen);
     yt.add({ id: 'pagefail001', pageStatus: 502 });
     await expect(transcript({ video: 'pagefail001' })).rejects.toMatchObject({ code: 'tool_unavailable', details: { upstream_status: 502 } });
     yt.failWith = 429;
@@ -176,6 +180,10 @@ describe('grabr_transcript', () => {
     await expect(transcript({ video: 'gone0000001' })).rejects.toMatchObject({ code: 'not_found' });
     yt.add({ id: 'botcheck001', rawPage: `<script>var ytInitialPlayerResponse = ${JSON.stringify({ playabilityStatus: { status: 'LOGIN_REQUIRED', reason: "Sign in to confirm you're not a bot" } })};</script>` });
     await expect(transcript({ video: 'botcheck001' })).rejects.toMatchObject({ code: 'tool_unavailable', details: { playability: 'LOGIN_REQUIRED' } });
+    // Age-restricted: details shown, tracks hidden. Not "no captions": the site did not say.
+    yt.add({ id: 'agerestrict', title: 'Mature', playability: { status: 'LOGIN_REQUIRED', reason: 'Sign in to confirm your age' } });
+    await expect(transcript({ video: 'agerestrict' })).rejects.toMatchObject({ code: 'tool_unavailable', details: { playability: 'LOGIN_REQUIRED' } });
+    await expect(intel({ video: 'agerestrict' })).rejects.toMatchObject({ code: 'tool_unavailable' });
   });
 
   it('without YOUTUBE_BASE_URL the handler refuses too; bad input never reaches it', async () => {
