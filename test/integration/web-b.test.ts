@@ -360,6 +360,25 @@ describe('grabr_batch', () => {
     expect(site.requestsFor('/private/x')).toHaveLength(0);
   }, 30_000);
 
+  it('reports progress once per URL (replayed from the job events)', async () => {
+    const urls = [site.url('/w/1'), site.url('/err500'), site.url('/')];
+    const res = await h.call('grabr_batch', { urls, concurrency: 1 }, key);
+    expect(res.statusCode).toBe(200);
+    const jobId = res.headers['x-job-id'] as string;
+    expect(jobId).toBeTruthy();
+    const events = await h.request({ method: 'GET', url: `/jobs/${jobId}/events`, headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } });
+    const progress = events.body
+      .split('\n\n')
+      .filter((block) => /^event: progress$/m.test(block))
+      .map((block) => JSON.parse(/^data: (.*)$/m.exec(block)![1]!));
+    expect(progress.map((p: any) => [p.done, p.total, p.message ?? null])).toEqual([
+      [0, 3, null],
+      [1, 3, urls[0]],
+      [2, 3, urls[1]],
+      [3, 3, urls[2]],
+    ]);
+  });
+
   it('meta and scrape modes', async () => {
     const meta = json(await h.call('grabr_batch', { urls: [site.url('/')], mode: 'meta' }, key)).result;
     validates('grabr_batch', meta);
