@@ -88,6 +88,11 @@ describe('grabr_transcript', () => {
     // The page's URL, with its signature, and json3 asked for.
     expect(cap.params).toMatchObject({ v: 'vid00000001', lang: 'en', fmt: 'json3', signature: 'ABCDEF0123456789' });
     expect(cap.params['kind']).toBeUndefined();
+    // Both requests say who is asking (GRABR_USER_AGENT).
+    expect(yt.requests.slice(-2).map((r) => [r.path, r.headers['user-agent']])).toEqual([
+      ['/watch', 'TollgateGrabr/0.1'],
+      ['/api/timedtext', 'TollgateGrabr/0.1'],
+    ]);
   });
 
   it('prefer asr picks the automatic track; langs pick the language, "fr" matching fr-CA; a youtu.be URL works', async () => {
