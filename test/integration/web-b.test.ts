@@ -118,6 +118,21 @@ afterAll(async () => {
   await site?.close();
 });
 
+describe('catalogue', () => {
+  it('GET /tools/{name} and /openapi.json describe the four tools with input and output schemas', async () => {
+    for (const name of ['grabr_scrape', 'grabr_contact', 'grabr_sitemap', 'grabr_batch']) {
+      const res = await h.request({ method: 'GET', url: `/tools/${name}` });
+      expect(res.statusCode, `${name}: ${res.body}`).toBe(200);
+      const body = json(res);
+      expect(body.input_schema, name).toBeTruthy();
+      expect(body.output_schema, name).toBeTruthy();
+    }
+    const api = await h.request({ method: 'GET', url: '/openapi.json' });
+    expect(api.statusCode).toBe(200);
+    expect(api.body).toContain('grabr_batch');
+  });
+});
+
 describe('grabr_scrape', () => {
   it('returns the exact fixture values, as GRABR_USER_AGENT', async () => {
     const res = await h.call(
