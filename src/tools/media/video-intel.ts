@@ -44,6 +44,8 @@ export const VideoIntelOutput = z.object({
     /** Why there is none: no_captions. */
     reason: z.enum(['no_captions']).nullable(),
     truncated: z.boolean(),
+    /** Every caption language the video has (to ask again with `langs`). */
+    available_languages: z.array(z.string()),
   }),
   chapters: z.array(Chapter),
   chapters_source: z.enum(['description', 'transcript', 'none']),
@@ -68,7 +70,7 @@ export const grabrVideoIntel = defineTool({
   needs: ['youtube'],
   progress: true,
   output:
-    '{video{id,title,channel,duration_s,views}, transcript{available,language,kind,reason,truncated}, chapters[{start,end,title,summary}], chapters_source: description|transcript|none, ' +
+    '{video{id,title,channel,duration_s,views}, transcript{available,language,kind,reason,truncated,available_languages}, chapters[{start,end,title,summary}], chapters_source: description|transcript|none, ' +
     'keywords[{term,score,count}], entities[{text,type: person|organisation|place,count}], summary, summary_source: transcript|description|none, stats{words,wpm}}; ' +
     'no captions: answered from metadata with transcript.available false (or 404 no_captions with require_captions); the site failing: 503 tool_unavailable, uncharged',
   outputSchema: VideoIntelOutput,
@@ -105,6 +107,7 @@ export const grabrVideoIntel = defineTool({
         kind: transcript?.track.kind ?? null,
         reason: transcript ? null : 'no_captions',
         truncated: transcript?.truncated ?? false,
+        available_languages: [...new Set(video.tracks.map((t) => t.language))],
       },
       chapters: analysis.chapters,
       chapters_source: analysis.chapters_source,

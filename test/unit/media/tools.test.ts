@@ -226,7 +226,7 @@ describe('grabr_video_intel', () => {
     const r = await intel({ video: 'talks000001' });
     expect(grabrVideoIntel.outputSchema!.parse(r)).toEqual(r);
     expect(r.video).toEqual({ id: 'talks000001', title: 'Coffee, bikes and Python', channel: 'Talks', duration_s: duration, views: 1000 });
-    expect(r.transcript).toEqual({ available: true, language: 'en', kind: 'manual', reason: null, truncated: false });
+    expect(r.transcript).toEqual({ available: true, language: 'en', kind: 'manual', reason: null, truncated: false, available_languages: ['en'] });
     expect(r.chapters_source).toBe('description');
     expect(r.chapters.map((c) => [c.start, c.end, c.title])).toEqual([
       [0, 128, 'Coffee'],
@@ -265,7 +265,7 @@ describe('grabr_video_intel', () => {
   it('no captions: metadata, description chapters, summary and entities, transcript.available false; require_captions makes it 404', async () => {
     const r = await intel({ video: 'talks000003' });
     expect(grabrVideoIntel.outputSchema!.parse(r)).toEqual(r);
-    expect(r.transcript).toEqual({ available: false, language: null, kind: null, reason: 'no_captions', truncated: false });
+    expect(r.transcript).toEqual({ available: false, language: null, kind: null, reason: 'no_captions', truncated: false, available_languages: [] });
     expect(r.chapters).toEqual([
       { start: 0, end: 40, title: 'Start', summary: null },
       { start: 40, end: 100, title: 'Middle', summary: null },
@@ -276,6 +276,11 @@ describe('grabr_video_intel', () => {
     expect(r.entities).toEqual(expect.arrayContaining([expect.objectContaining({ text: 'Ada Lovelace', type: 'person', count: 2 })]));
     expect(r.entities.map((e) => e.text)).toEqual(expect.arrayContaining(['Google', 'Paris']));
     await expect(intel({ video: 'talks000003', require_captions: true })).rejects.toMatchObject({ code: 'no_captions' });
+    // Captions, but not in the language asked for: answered without them, saying which there are.
+    const other = await intel({ video: 'talks000001', langs: ['ja'] });
+    expect(other.transcript).toEqual({ available: false, language: null, kind: null, reason: 'no_captions', truncated: false, available_languages: ['en'] });
+    expect(other.chapters.map((c) => c.title)).toEqual(['Coffee', 'Bicycles', 'Python']);
+    expect(other.chapters.every((c) => c.summary === null)).toBe(true);
   });
 
   it('the caption gate and the site failing are 503 here too: never an answer without the transcript it could not read', async () => {
