@@ -177,13 +177,14 @@ export const grabrIntel = defineTool({
 });
 
 async function intel(input: Input, ctx: ToolContext): Promise<GrabrIntelOutput> {
-  const { domain, origin } = splitDomain(input.domain);
+  const { domain, origin: asked } = splitDomain(input.domain);
+  let origin = asked;
   const total = 5;
   let done = 0;
   const step = (stage: string) => ctx.progress({ stage, done: ++done, total, unit: 'parts' });
   const unavailable: Unavailable = [];
   const resolver = dnsOf(ctx);
-  const originUrl = new URL(origin);
+  let originUrl = new URL(origin);
   const ua = ctx.config.GRABR_USER_AGENT;
 
   // The web parts' destination is vetted before anything connects: a refused address is the caller's 400.
@@ -201,16 +202,35 @@ async function intel(input: Input, ctx: ToolContext): Promise<GrabrIntelOutput> 
   const http = guardedHttpOf(ctx, TOOL);
   let robots: GrabrIntelOutput['robots'] = null;
   if (reachable) {
-    const robotsUrl = new URL('/robots.txt', originUrl).href;
+    const readRobots = async (url: string) => {
+      const res = await http.fetch(url, { maxBytes: ROBOTS_MAX_BYTES, headers: { 'user-agent': ua, accept: 'text/plain,*/*;q=0.5' } });
+      return { status: res.status, text: res.status >= 200 && res.status < 300 ? res.text() : '' };
+    };
+    let robotsUrl = new URL('/robots.txt', originUrl).href;
     let status: number | null = null;
     let text = '';
     try {
-      const res = await http.fetch(robotsUrl, { maxBytes: ROBOTS_MAX_BYTES, headers: { 'user-agent': ua, accept: 'text/plain,*/*;q=0.5' } });
-      status = res.status;
-      text = res.status >= 200 && res.status < 300 ? res.text() : '';
+      ({ status, text } = await readRobots(robotsUrl));
     } catch (e) {
       if (e instanceof AppError && (e.code === 'timeout' || e.code === 'invalid_input')) throw e;
-      unavailable.push({ part: 'robots', reason: e instanceof Error ? e.message : String(e) });
+      let failure = e;
+      // A bare domain whose https port refuses the connection or the handshake: the site may be http only.
+      const reason = e instanceof AppError ? e.details['reason'] : undefined;
+      if (!/^https?:\/\//i.test(input.domain) && (reason === 'connection_refused' || reason === 'tls_error')) {
+        const plain = new URL(`http://${domain}`);
+        try {
+          await vetDestination(plain, { config: ctx.config, resolver, signal: ctx.signal, tool: TOOL });
+          const url = new URL('/robots.txt', plain).href;
+          ({ status, text } = await readRobots(url));
+          originUrl = plain;
+          origin = plain.origin;
+          robotsUrl = url;
+          failure = null;
+        } catch (e2) {
+          if (e2 instanceof AppError && (e2.code === 'timeout' || e2.code === 'invalid_input')) throw e2;
+        }
+      }
+      if (failure) unavailable.push({ part: 'robots', reason: failure instanceof Error ? failure.message : String(failure) });
     }
     const home = new URL('/', originUrl).href;
     const verdict = await runTask(ctx, 'a_robots', { url: robotsUrl, status, text, userAgent: ua, urls: [home] });

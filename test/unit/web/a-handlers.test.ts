@@ -364,6 +364,35 @@ describe('grabr_intel', () => {
     expect(grabrIntel.input.safeParse({ domain: 'ftp://x.test' }).success).toBe(false);
   });
 
+  it('a bare domain whose https port refuses falls back to http for the web parts', async () => {
+    dns.set('plain.test', { A: ['127.0.0.1'] });
+    const made = ctxFor({ FETCH_ALLOWED_HOSTS: 'plain.test:443,plain.test:80' });
+    const asked: string[] = [];
+    // The guarded client stands in for a site listening on port 80 only.
+    made.ctx.http = {
+      fetch: async (url) => {
+        const u = String(url);
+        asked.push(u);
+        if (u.startsWith('https:')) throw new AppError('fetch_failed', 'plain.test:443 refused the connection', { reason: 'connection_refused' });
+        const html = u.endsWith('/robots.txt') ? 'User-agent: *\nAllow: /\n' : '<html><head><title>Plain</title></head><body></body></html>';
+        const body = Buffer.from(html);
+        const type = u.endsWith('/robots.txt') ? 'text/plain' : 'text/html';
+        return { url: u, final_url: u, status: 200, headers: { 'content-type': type }, content_type: type, charset: null, body, bytes: body.length, truncated: false, redirects: [], text: () => html };
+      },
+    };
+    const out = await run<GrabrIntelOutput>(grabrIntel as AnyTool, { domain: 'plain.test' }, made);
+    expect(asked).toEqual(['https://plain.test/robots.txt', 'http://plain.test/robots.txt', 'http://plain.test/']);
+    expect(out.origin).toBe('http://plain.test');
+    expect(out.robots).toMatchObject({ url: 'http://plain.test/robots.txt', homepage_allowed: true });
+    expect(out.seo!.title).toBe('Plain');
+    expect(out.unavailable.map((u) => u.part)).toEqual(['tls']);
+    // Given a scheme, the caller's choice stands: no fallback.
+    asked.length = 0;
+    const strict = await run<GrabrIntelOutput>(grabrIntel as AnyTool, { domain: 'https://plain.test/' }, made);
+    expect(asked).toEqual(['https://plain.test/robots.txt', 'https://plain.test/']);
+    expect(strict.http).toBeNull();
+  });
+
   it('a DNS resolver that does not answer is 503 tool_unavailable', async () => {
     const e = await failure(run(grabrIntel as AnyTool, { domain: 'intel.test' }, ctxFor({ DNS_SERVERS: `127.0.0.1:${deadPort}`, DNS_TIMEOUT_MS: '300' })));
     expect(e).toMatchObject({ code: 'tool_unavailable', status: 503 });
