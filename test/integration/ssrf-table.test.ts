@@ -121,9 +121,19 @@ describe('SSRF table', () => {
     expect(canaryHits).toBe(0);
   }, 300_000);
 
+  it('a domain that resolves to loopback is refused before anything connects (grabr_intel)', async () => {
+    for (const domain of ['localhost', '127.0.0.1', 'loop.test', 'mapped.test', `http://loop.test:${canaryPort}/`, `https://127.1:${canaryPort}/`]) {
+      const res = await h.call('grabr_intel', { domain }, acct.apiKey);
+      // Refused, or (a name the resolver does not know) answered with nothing read from it.
+      const nothingRead = res.statusCode === 200 && json(res).result.http === null && json(res).result.tls === null;
+      expect(res.statusCode === 400 || nothingRead, `${domain}: ${res.statusCode} ${res.body.slice(0, 200)}`).toBe(true);
+    }
+    expect(canaryHits).toBe(0);
+  });
+
   it('search results that point at loopback are not read (discovery_collision)', async () => {
     if (!TOOLS.some((t) => t.name === 'discovery_collision')) return;
-    const res = await h.call('discovery_collision', { idea: 'A canary that sings when the mine fills with gas, as a service.', read_pages: true }, acct.apiKey);
+    const res = await h.call('discovery_collision', { idea: 'A canary that sings when the mine fills with gas, as a service.', read_pages: 3 }, acct.apiKey);
     expect(res.statusCode).toBeLessThan(500);
     expect(canaryHits).toBe(0);
   });
