@@ -25,6 +25,8 @@ let cdx: FakeCdx;
 let site: HttpTarget;
 let tlsSite: HttpTarget;
 let forbidden: HttpTarget;
+/** A self-signed HTTPS site on 127.0.0.2:443 for the examples' hosts, when this machine lets the test bind it. */
+let examples: HttpTarget | null = null;
 
 beforeAll(async () => {
   [search, dns, cdx] = await Promise.all([startFakeSearxng(), startDnsFake(), startFakeCdx()]);
@@ -40,8 +42,17 @@ beforeAll(async () => {
   dns.set('site-a.test', { A: ['127.0.0.1'], MX: [{ exchange: 'mail.site-a.test', priority: 5 }], NS: ['ns.site-a.test'], TXT: ['v=spf1 mx ~all', 'hello=world'] });
   dns.set('_dmarc.site-a.test', { TXT: ['v=DMARC1; p=reject; rua=mailto:r@site-a.test'] });
   dns.set('inside.test', { A: ['192.168.1.20'] });
-  // The examples' hosts resolve to loopback; admitted on 443, where nothing listens: they answer, unreachable.
-  for (const name of ['example.com', 'www.iana.org', 'www.rfc-editor.org']) dns.set(name, { A: ['127.0.0.1'] });
+  // The examples' hosts resolve to 127.0.0.2, admitted on 443, where a self-signed site answers if it could bind.
+  try {
+    examples = await startHttpTarget(routes({ '/': [200, { 'content-type': 'text/html' }, '<html><head><title>Example Domain</title></head><body><h1>Example Domain</h1></body></html>'] }), {
+      host: '127.0.0.2',
+      port: 443,
+      tls: true,
+    });
+  } catch {
+    examples = null;
+  }
+  for (const name of ['example.com', 'www.iana.org', 'www.rfc-editor.org']) dns.set(name, { A: ['127.0.0.2'] });
   search.respond((q) => [
     { url: 'https://recipes.test/bread', title: 'Sourdough at home', content: 'A long cold proof makes better bread.' },
     { url: 'https://copy.test/contracts', title: 'Contract summariser', content: IDEA },
@@ -68,7 +79,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await Promise.all([h?.close(), bare?.close()]);
-  await Promise.all([search?.close(), dns?.close(), cdx?.close(), site?.close(), tlsSite?.close(), forbidden?.close()]);
+  await Promise.all([search?.close(), dns?.close(), cdx?.close(), site?.close(), tlsSite?.close(), forbidden?.close(), examples?.close()]);
 });
 
 function resultOf(tool: string, res: Awaited<ReturnType<Harness['call']>>) {
@@ -203,7 +214,22 @@ describe('web group A through the service', () => {
   it('every example answers 200 and its result matches the output schema', async () => {
     const a = await h.account('enterprise', 1000, { rpm: 10_000, maxInFlight: 20 });
     for (const tool of webToolsA) {
-      for (const ex of tool.examples) resultOf(tool.name, await h.call(tool.name, ex, a.apiKey));
+      for (const ex of tool.examples) {
+        const res = await h.call(tool.name, ex, a.apiKey);
+        // Without the 443 site, deploy_verify gets no answer at all: 502, as any unreachable target.
+        if (tool.name === 'deploy_verify' && !examples) expect(json(res).error?.code, res.body).toBe('fetch_failed');
+        else resultOf(tool.name, res);
+      }
     }
+    if (examples) expect(examples.requests.length).toBeGreaterThan(0);
   }, 60_000);
+
+  it('deploy_verify: no answer at all is 502 fetch_failed, uncharged', async () => {
+    const res = await h.call('deploy_verify', { url: 'http://site-a.test:1/' }, acct.apiKey);
+    // site-a.test:1 is not admitted: refused before connecting.
+    expect(res.statusCode).toBe(400);
+    const dead = await h.call('deploy_verify', { url: 'http://nowhere.test/' }, acct.apiKey);
+    expect(dead.statusCode, dead.body).toBe(502);
+    expect(json(dead).error).toMatchObject({ code: 'fetch_failed', reason: 'dns_not_found' });
+  });
 });

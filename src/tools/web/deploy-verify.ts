@@ -16,8 +16,9 @@ import { PinnedAgent, vetDestination } from './net-guard.js';
  * the socket itself, the TLS certificate read from that same socket (an untrusted one is reported,
  * `authorized: false` with the reason, not refused), the security headers, and the caller's checks.
  * With `attempts` > 1 it polls until every check passes (a fresh deploy coming up), reporting
- * progress after each attempt. A target that cannot be reached is a failed attempt (`error`), not a
- * failed call; a refused destination (private address, bad scheme) is 400.
+ * progress after each attempt. A target that gives no HTTP answer is a failed attempt; when the last
+ * attempt got none, the call is 502 fetch_failed (uncharged) with every attempt's outcome. A refused
+ * destination (private address, bad scheme, a redirect to one) is 400 and nothing connects to it.
  */
 
 const TOOL = 'deploy_verify';
@@ -71,7 +72,7 @@ export const DeployVerifyOutput = z.object({
   tls: TlsInfoSchema.nullable(),
   security_headers: SecurityHeadersSchema.nullable(),
   checks: z.array(Check),
-  /** Why the last attempt got no response (connection refused, timeout, TLS handshake failure...). */
+  /** Why the answer could not be followed (too many redirects, a redirect to an invalid or non-HTTP URL). */
   error: z.object({ reason: z.string(), message: z.string() }).nullable(),
   attempts: z.array(z.object({ attempt: z.number().int(), ok: z.boolean(), status: z.number().int().nullable(), total_ms: z.number(), error: z.string().nullable() })),
 });
@@ -130,6 +131,14 @@ export const deployVerify = defineTool({
       if (ok) break;
     }
     const { r, checks, ok } = last!;
+    if (r.error && r.status === null) {
+      // No HTTP answer at all (refused, reset, timeout, unknown name, failed handshake): fetch_failed like
+      // every web tool whose target cannot be read, uncharged, with each attempt's outcome.
+      throw new AppError('fetch_failed', `${TOOL} got no answer from ${new URL(r.final_url ?? input.url).host}: ${r.error.message}`, {
+        reason: r.error.reason,
+        attempts: history,
+      });
+    }
     return {
       ok,
       url: input.url,

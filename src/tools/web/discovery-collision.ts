@@ -28,7 +28,11 @@ const Input = z.object({
   idea: z.string().trim().min(20).max(4000).describe('The idea, product or feature to check, in plain words (20-4,000 characters)'),
   queries: z.number().int().min(1).max(5).default(3).describe('Search queries to derive from the idea (1-5, default 3)'),
   results_per_query: z.number().int().min(1).max(20).default(10).describe('Search results per query (1-20, default 10)'),
-  read_pages: z.number().int().min(0).max(5).default(0).describe('Also read the text of this many top results (0-5, default 0) for a fuller comparison'),
+  read_pages: z
+    .union([z.number().int().min(0).max(5), z.boolean()])
+    .default(0)
+    .describe('Also read the text of this many top results (0-5; true means 3, false 0; default 0) for a fuller comparison')
+    .transform((v) => (v === true ? 3 : v === false ? 0 : v)),
   language: z
     .string()
     .regex(/^(?:all|[a-zA-Z]{2,3}(?:-[a-zA-Z0-9]{2,4})?)$/, 'a language code such as "en"')

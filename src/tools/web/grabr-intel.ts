@@ -227,7 +227,8 @@ async function intel(input: Input, ctx: ToolContext): Promise<GrabrIntelOutput> 
           robotsUrl = url;
           failure = null;
         } catch (e2) {
-          if (e2 instanceof AppError && (e2.code === 'timeout' || e2.code === 'invalid_input')) throw e2;
+          // Not over http either (or not admitted there): the https failure is the one reported.
+          if (e2 instanceof AppError && e2.code === 'timeout') throw e2;
         }
       }
       if (failure) unavailable.push({ part: 'robots', reason: failure instanceof Error ? failure.message : String(failure) });

@@ -211,20 +211,21 @@ describe('deploy_verify', () => {
     expect(maxInFlight).toBe(3);
   });
 
-  it('a failed TLS handshake (https to a plain-http port) is a failed attempt with its reason', async () => {
-    const out = await run<DeployVerifyOutput>(deployVerify as AnyTool, { url: `https://${site.hostPort}/` });
-    expect(out.ok).toBe(false);
-    expect(out.status).toBeNull();
-    expect(out.tls).toBeNull();
-    expect(out.error!.reason).toMatch(/tls_error|connection_reset|invalid_response/);
+  it('a failed TLS handshake (https to a plain-http port) is 502 fetch_failed with its reason', async () => {
+    const e = await failure(run(deployVerify as AnyTool, { url: `https://${site.hostPort}/` }));
+    expect(e).toMatchObject({ code: 'fetch_failed', status: 502 });
+    expect(String(e.details['reason'])).toMatch(/tls_error|connection_reset|invalid_response/);
   });
 
-  it('an unreachable target is a failed check, not a failed call', async () => {
-    const out = await run<DeployVerifyOutput>(deployVerify as AnyTool, { url: `http://127.0.0.1:${deadPort}/` });
-    expect(out.ok).toBe(false);
-    expect(out.status).toBeNull();
-    expect(out.error).toMatchObject({ reason: 'connection_refused' });
-    expect(out.checks[0]).toMatchObject({ name: 'reachable', pass: false });
+  it('no answer on any attempt is 502 fetch_failed listing each attempt; a name that does not resolve too', async () => {
+    const e = await failure(run(deployVerify as AnyTool, { url: `http://127.0.0.1:${deadPort}/`, attempts: 2, interval_ms: 10 }));
+    expect(e).toMatchObject({ code: 'fetch_failed', status: 502, details: { reason: 'connection_refused' } });
+    expect((e.details['attempts'] as Array<{ attempt: number; ok: boolean; status: null }>).map((a) => [a.attempt, a.ok, a.status])).toEqual([
+      [1, false, null],
+      [2, false, null],
+    ]);
+    const nx = await failure(run(deployVerify as AnyTool, { url: 'http://nowhere.test/' }));
+    expect(nx).toMatchObject({ code: 'fetch_failed', details: { reason: 'dns_not_found' } });
   });
 
   it('refuses a loopback URL not in FETCH_ALLOWED_HOSTS (400) and a redirect to one; the target sees no connection', async () => {
@@ -457,5 +458,8 @@ describe('discovery_collision', () => {
     expect(discoveryCollision.input.safeParse({ idea: 'too short' }).success).toBe(false);
     expect(discoveryCollision.input.safeParse({ idea: 'x'.repeat(4001) }).success).toBe(false);
     expect(discoveryCollision.input.safeParse({ idea: IDEA, queries: 6 }).success).toBe(false);
+    expect(discoveryCollision.input.safeParse({ idea: IDEA, read_pages: 6 }).success).toBe(false);
+    expect(discoveryCollision.input.parse({ idea: IDEA, read_pages: true }).read_pages).toBe(3);
+    expect(discoveryCollision.input.parse({ idea: IDEA, read_pages: false }).read_pages).toBe(0);
   });
 });

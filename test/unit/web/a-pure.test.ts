@@ -274,6 +274,7 @@ describe('inputs', () => {
       grabr_intel: [{ domain: 'HTTPS://Bücher.example:8443/path?q=1' }, { domain: 'Example.COM.' }],
       deploy_verify: [{ url: 'example.com/health#top' }],
       grabr_wayback: [{ url: 'example.com', from: '2019', to: '2019' }],
+      discovery_collision: [{ idea: 'An idea that is long enough to check.', read_pages: true }],
     };
     for (const tool of webToolsA) {
       for (const ex of [...tool.examples, ...(extra[tool.name] ?? [])]) {
