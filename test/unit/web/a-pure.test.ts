@@ -287,3 +287,35 @@ describe('inputs', () => {
     expect(splitDomain(grabrIntel.input.parse({ domain: 'Example.COM.' }).domain)).toEqual({ domain: 'example.com', origin: 'https://example.com' });
   });
 });
+
+describe('worst cases of the pool tasks finish inside the tools\u2019 limits', () => {
+  const words = 'supply chain emissions mapping supplier product carbon ledger audit trail scope three reporting'.split(' ');
+  const text = (n: number, seed: number) => Array.from({ length: n }, (_, i) => words[(i * 7 + seed) % words.length]).join(' ');
+
+  it('discovery_collision: a 4,000-character idea, 100 hits, 5 of them with 20,000 characters of page text', async () => {
+    const { discoveryCollision } = await import('../../../src/tools/web/discovery-collision.js');
+    const input = discoveryCollision.input.parse(discoveryCollision.largestInput!());
+    const started = performance.now();
+    const q = collisionQueriesTask({ idea: input.idea, max: input.queries });
+    const docs = Array.from({ length: 100 }, (_, i) => (i < 5 ? [text(40, i), `${text(40, i)}\n${'x'.repeat(10)} ${text(3000, i)}`] : [text(40, i)]));
+    const s = collisionScoreTask({ idea: input.idea, docs });
+    const ms = performance.now() - started;
+    expect(q.queries.length).toBeGreaterThan(0);
+    expect(s.results).toHaveLength(100);
+    expect(ms).toBeLessThan(discoveryCollision.limits!.timeMs!);
+  });
+
+  it('grabr_intel: a 2 MiB home page and a 512 KiB robots.txt', async () => {
+    const { grabrIntel } = await import('../../../src/tools/web/grabr-intel.js');
+    const row = '<div class="card"><h2>Item</h2><p>Some text <a href="/x">link</a></p><script src="/static/app.js"></script></div>\n';
+    const html = `<html><head><title>Big</title></head><body>${row.repeat(Math.floor((2 * 1024 * 1024) / row.length))}</body></html>`;
+    const robots = `User-agent: *\n${'Disallow: /*a*b*c*d*e*f*g*\n'.repeat(Math.floor((512 * 1024) / 28))}`;
+    const started = performance.now();
+    const page = intelPageTask({ body: Buffer.from(html), baseUrl: 'https://big.test/', headerCharset: 'utf-8', headers: { server: 'nginx' }, html: true });
+    const r = robotsTask({ url: 'https://big.test/robots.txt', status: 200, text: robots, userAgent: 'TollgateGrabr/0.1', urls: [`https://big.test/${'a'.repeat(2000)}`] });
+    const ms = performance.now() - started;
+    expect(page.seo!.title).toBe('Big');
+    expect(r.found).toBe(true);
+    expect(ms).toBeLessThan(grabrIntel.limits!.timeMs!);
+  }, 30_000);
+});
