@@ -9,6 +9,7 @@ import { probeTls, TlsInfoSchema, type TlsInfo } from './a-tls.js';
 import { normaliseDomain } from './domain-check.js';
 import { FINGERPRINTS_VERSION } from './fingerprints.js';
 import { vetDestination } from './net-guard.js';
+import { createRobots } from './robots.js';
 import { ABSENT_CODES, RECORD_TYPES, UNREACHABLE_CODES, errorCode, type RecordMap, type RecordType } from './resolver.js';
 
 /**
@@ -375,15 +376,46 @@ async function readTls(originUrl: URL, domain: string, ctx: ToolContext, resolve
   }
 }
 
+const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+const MAX_HOPS = 5;
+
+/**
+ * The home page as GRABR_USER_AGENT, redirects followed here (at most 5) so that robots.txt is asked
+ * before every hop (the shared robots module: a hop into a disallowed path is robots_disallowed and is
+ * never requested). The first hop was allowed by the robots.txt read above.
+ */
 async function readHome(originUrl: URL, ctx: ToolContext, http: ReturnType<typeof guardedHttpOf>, ua: string, unavailable: Unavailable): Promise<GuardedResponse | null> {
+  const home = new URL('/', originUrl).href;
+  const robots = createRobots(ctx, TOOL);
+  const hops: GuardedResponse['redirects'] = [];
+  let current = home;
   try {
-    return await http.fetch(new URL('/', originUrl).href, {
-      maxBytes: PAGE_MAX_BYTES,
-      headers: { 'user-agent': ua },
-      skipBody: (mime) => mime !== null && mime !== 'text/html' && mime !== 'application/xhtml+xml',
-    });
+    for (;;) {
+      const res = await http.fetch(current, {
+        maxBytes: PAGE_MAX_BYTES,
+        headers: { 'user-agent': ua },
+        followRedirects: false,
+        skipBody: (mime, status) => (status >= 300 && status < 400) || (mime !== null && mime !== 'text/html' && mime !== 'application/xhtml+xml'),
+      });
+      const location = res.headers['location'];
+      if (!REDIRECTS.has(res.status) || !location) return { ...res, url: home, redirects: hops };
+      if (hops.length >= MAX_HOPS) throw new AppError('fetch_failed', `${TOOL} stopped after ${MAX_HOPS} redirects (last from ${current})`, { reason: 'too_many_redirects' });
+      let next: URL;
+      try {
+        next = new URL(location, current);
+      } catch {
+        throw new AppError('fetch_failed', `${new URL(current).host} redirected to an invalid URL`, { reason: 'bad_redirect' });
+      }
+      if (next.protocol !== 'http:' && next.protocol !== 'https:') throw new AppError('fetch_failed', `${new URL(current).host} redirected to a non-HTTP URL`, { reason: 'bad_redirect' });
+      next.hash = '';
+      next.username = '';
+      next.password = '';
+      hops.push({ url: current, status: res.status, location: next.href });
+      await robots.assertAllowed(next.href);
+      current = next.href;
+    }
   } catch (e) {
-    if (e instanceof AppError && (e.code === 'timeout' || e.code === 'invalid_input')) throw e;
+    if (e instanceof AppError && (e.code === 'timeout' || e.code === 'invalid_input' || e.code === 'robots_disallowed')) throw e;
     unavailable.push({ part: 'http', reason: e instanceof Error ? e.message : String(e) });
     return null;
   }

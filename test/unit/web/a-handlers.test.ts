@@ -358,6 +358,45 @@ describe('grabr_intel', () => {
     expect(closed.requests.map((r) => r.path)).toEqual(['/robots.txt']);
   });
 
+  it('robots.txt is asked before every redirect hop of the home page: a hop into a disallowed path is robots_disallowed and never requested', async () => {
+    const redir = await startHttpTarget(
+      routes({
+        '/robots.txt': [200, { 'content-type': 'text/plain' }, 'User-agent: *\nDisallow: /members\n'],
+        '/': [302, { location: '/members/home' }, ''],
+        '/members/home': [200, { 'content-type': 'text/html' }, '<title>members</title>'],
+        '/open': [200, { 'content-type': 'text/html' }, '<title>open</title>'],
+      }),
+    );
+    try {
+      dns.set('redir.test', { A: ['127.0.0.1'] });
+      const made = ctxFor({ FETCH_ALLOWED_HOSTS: `redir.test:${redir.port}` });
+      const e = await failure(run(grabrIntel as AnyTool, { domain: `http://redir.test:${redir.port}/` }, made));
+      expect(e).toMatchObject({ code: 'robots_disallowed', status: 403 });
+      expect(redir.requests.map((r) => r.path)).not.toContain('/members/home');
+      expect(redir.requests.map((r) => r.path)).toContain('/');
+    } finally {
+      await redir.close();
+    }
+  });
+
+  it('a home page that redirects within what robots.txt allows is followed, hops listed', async () => {
+    const hop = await startHttpTarget(
+      routes({
+        '/robots.txt': [404, {}, ''],
+        '/': [301, { location: '/en/' }, ''],
+        '/en/': [200, { 'content-type': 'text/html' }, '<html><head><title>English</title></head></html>'],
+      }),
+    );
+    try {
+      dns.set('hop.test', { A: ['127.0.0.1'] });
+      const out = await run<GrabrIntelOutput>(grabrIntel as AnyTool, { domain: `http://hop.test:${hop.port}/` }, ctxFor({ FETCH_ALLOWED_HOSTS: `hop.test:${hop.port}` }));
+      expect(out.http).toMatchObject({ url: `http://hop.test:${hop.port}/`, final_url: `http://hop.test:${hop.port}/en/`, status: 200, redirects: [{ url: `http://hop.test:${hop.port}/`, status: 301, location: `http://hop.test:${hop.port}/en/` }] });
+      expect(out.seo!.title).toBe('English');
+    } finally {
+      await hop.close();
+    }
+  });
+
   it('a domain resolving to a private address is refused before anything connects', async () => {
     const e = await failure(run(grabrIntel as AnyTool, { domain: 'private.test' }));
     expect(e).toMatchObject({ code: 'invalid_input', status: 400 });
