@@ -196,7 +196,7 @@ async function intel(input: Input, ctx: ToolContext): Promise<GrabrIntelOutput> 
     if (e instanceof AppError && (e.code === 'invalid_input' || e.code === 'tool_unavailable')) throw e;
     if (!(e instanceof AppError)) throw e;
     reachable = false;
-    for (const part of ['tls', 'http', 'robots'] as const) unavailable.push({ part, reason: e.message });
+    for (const part of ['tls', 'http', 'tech', 'seo', 'robots'] as const) unavailable.push({ part, reason: e.message });
   }
 
   // robots.txt first: a home page it disallows is never fetched.

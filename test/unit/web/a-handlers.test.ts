@@ -442,7 +442,8 @@ describe('grabr_intel', () => {
     const out = await run<GrabrIntelOutput>(grabrIntel as AnyTool, { domain: 'nowhere.test' });
     expect(out.dns.A).toEqual([]);
     expect(out.http).toBeNull();
-    expect(out.unavailable.map((u) => u.part)).toEqual(['tls', 'http', 'robots']);
+    expect(out.unavailable.map((u) => u.part)).toEqual(['tls', 'http', 'tech', 'seo', 'robots']);
+    expect(out.unavailable[0]!.reason).toMatch(/no such domain/);
   });
 });
 
