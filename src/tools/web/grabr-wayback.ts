@@ -78,7 +78,14 @@ export const GrabrWaybackOutput = z.object({
 export type GrabrWaybackOutput = z.infer<typeof GrabrWaybackOutput>;
 type WaybackInput = z.output<typeof Input>;
 
-const cache = new LRUCache<string, Omit<GrabrWaybackOutput, 'cached'>>({ max: 500, ttl: CACHE_TTL_MS });
+/** The cache holds at most 500 answers and about 32 MB of them (an answer's size is estimated, not serialised). */
+const CACHE_MAX_BYTES = 32 * 1024 * 1024;
+const cache = new LRUCache<string, Omit<GrabrWaybackOutput, 'cached'>>({
+  max: 500,
+  ttl: CACHE_TTL_MS,
+  maxSize: CACHE_MAX_BYTES,
+  sizeCalculation: (v) => 1024 + v.captures.reduce((n, c) => n + 160 + c.original.length * 2, 0) + (v.snapshot ? v.snapshot.text.length * 2 : 0),
+});
 
 /** Empties the answer cache (tests). */
 export function clearWaybackCache(): void {
