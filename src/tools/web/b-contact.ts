@@ -1,5 +1,5 @@
 import { loadBuffer, type CheerioAPI } from 'cheerio';
-import { findPhoneNumbersInText, parsePhoneNumberFromString, type CountryCode } from 'libphonenumber-js';
+import { parsePhoneNumberFromString, searchPhoneNumbersInText, type CountryCode } from 'libphonenumber-js';
 import { htmlCapOffset } from './extract.js';
 import { absolute, collapse, readJsonLd } from './b-html.js';
 
@@ -49,8 +49,9 @@ export interface ContactPageOutput {
 
 const EMAIL = /[a-z0-9][a-z0-9._%+-]{0,63}@(?:[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?\.){1,8}[a-z]{2,24}/gi;
 const NOT_TLD = new Set(['png', 'jpg', 'jpeg', 'gif', 'webp', 'svg', 'avif', 'bmp', 'ico', 'css', 'js', 'mp4', 'webm']);
-const AT = /\s*(?:\[\s*at\s*\]|\(\s*at\s*\)|\{\s*at\s*\}|\s+at\s+(?=[a-z0-9-]+\s*(?:\[|\(|\{)\s*dot))\s*/gi;
-const DOT = /\s*(?:\[\s*dot\s*\]|\(\s*dot\s*\)|\{\s*dot\s*\})\s*/gi;
+// Applied to text whose whitespace runs are single spaces (no nested whitespace quantifiers: linear time).
+const AT = / ?(?:\[ ?at ?\]|\( ?at ?\)|\{ ?at ?\}) ?| at (?=[a-z0-9-]{1,63} ?(?:\[|\(|\{) ?dot)/gi;
+const DOT = / ?(?:\[ ?dot ?\]|\( ?dot ?\)|\{ ?dot ?\}) ?/gi;
 
 /** Pages worth reading for contact points, by their URL path or link text. */
 export const CANDIDATE = /contact|kontakt|contacto|contatti|about|ueber-uns|uber-uns|über-uns|impressum|imprint|legal|mentions-legales|team|company|support|get-in-touch/i;
@@ -84,7 +85,7 @@ export function decodeCfEmail(hex: string): string | null {
 
 /** Emails written in text, including "[at]"/"(at)" and "[dot]" obfuscation. */
 export function emailsInText(text: string): string[] {
-  const plain = text.replace(AT, '@').replace(DOT, '.');
+  const plain = text.replace(/\s+/g, ' ').replace(AT, '@').replace(DOT, '.');
   const out: string[] = [];
   for (const m of plain.matchAll(EMAIL)) {
     const e = cleanEmail(m[0]);
@@ -94,6 +95,8 @@ export function emailsInText(text: string): string[] {
 }
 
 export function cleanEmail(raw: string): string | null {
+  // An address has at most 254 characters: longer input is not one (and never reaches a regex).
+  if (raw.length > 300) return null;
   const e = raw.trim().replace(/^mailto:/i, '').replace(/[.,;:]+$/, '').toLowerCase();
   if (!/^[a-z0-9][a-z0-9._%+-]{0,63}@(?:[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?\.){1,8}[a-z]{2,24}$/.test(e)) return null;
   const tld = e.slice(e.lastIndexOf('.') + 1);
@@ -102,6 +105,7 @@ export function cleanEmail(raw: string): string | null {
 }
 
 export function toE164(raw: string, country: string | null): string | null {
+  if (raw.length > 100) return null;
   try {
     const p = parsePhoneNumberFromString(raw, country ? { defaultCountry: country as CountryCode } : {});
     return p && p.isValid() ? p.number : null;
@@ -259,7 +263,8 @@ export function contactPageTask(input: ContactPageInput): ContactPageOutput {
   const text = pageText($);
   for (const e of emailsInText(text)) addEmail(e);
   try {
-    for (const found of findPhoneNumbersInText(text, input.country ? { defaultCountry: input.country as CountryCode } : undefined)) {
+    // An iterator: the search stops once MAX_ITEMS numbers are in.
+    for (const found of searchPhoneNumbersInText(text, input.country ? { defaultCountry: input.country as CountryCode } : undefined)) {
       if (phones.length >= MAX_ITEMS) break;
       if (found.number.isValid() && !phones.includes(found.number.number)) phones.push(found.number.number);
     }

@@ -22,6 +22,15 @@ describe('contact extraction', () => {
     expect(emailsInText('icon@2x.png and banner@3x.webp')).toEqual([]);
     expect(cleanEmail('mailto:Info@Example.COM.')).toBe('info@example.com');
     expect(cleanEmail('not an email')).toBeNull();
+    expect(cleanEmail(`a@b.co${'.'.repeat(100_000)}x`)).toBeNull();
+  });
+
+  it('obfuscation matching stays linear on hostile text (long whitespace runs, many brackets)', () => {
+    const t0 = Date.now();
+    expect(emailsInText(' '.repeat(400_000) + 'x')).toEqual([]);
+    expect(emailsInText(('a' + ' '.repeat(50)).repeat(8_000))).toEqual([]);
+    expect(emailsInText(' [ at '.repeat(60_000))).toEqual([]);
+    expect(Date.now() - t0).toBeLessThan(2_000);
   });
 
   it('phones in E.164: country as default region, invalid numbers dropped', () => {
