@@ -10,35 +10,7 @@ import type { GuardedHttp, ToolContext } from '../types.js';
  * grabr_wayback). Nothing here reads the configuration or opens a connection on import.
  */
 
-/** An http(s) URL field; a bare host such as "example.com" becomes https://example.com/. Fragments are dropped. */
-export function httpUrlField(description: string) {
-  return z
-    .string()
-    .trim()
-    .min(1)
-    .max(2048)
-    .describe(description)
-    .transform((raw, ctx) => {
-      const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(raw) ? raw : `https://${raw}`;
-      let url: URL;
-      try {
-        url = new URL(withScheme);
-      } catch {
-        ctx.addIssue({ code: 'custom', message: 'not a valid URL' });
-        return z.NEVER;
-      }
-      if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-        ctx.addIssue({ code: 'custom', message: `only http and https URLs are supported, not ${url.protocol.replace(/:$/, '')}` });
-        return z.NEVER;
-      }
-      if (url.username || url.password) {
-        ctx.addIssue({ code: 'custom', message: 'URLs with embedded credentials are not accepted' });
-        return z.NEVER;
-      }
-      url.hash = '';
-      return url.href;
-    });
-}
+export { httpUrlField } from './guarded-http.js';
 
 /** ctx.http, or (a handler called directly, as unit tests do) a guarded client built the way the runner builds it. */
 export function guardedHttpOf(ctx: ToolContext, tool: string): GuardedHttp {
@@ -93,49 +65,6 @@ export function securityHeaders(headers: Record<string, string>): SecurityHeader
   return Object.fromEntries(SECURITY_HEADERS.map((h) => [h, headers[h] ?? null])) as SecurityHeaders;
 }
 
-// At most `limit` connections at once to one host from this process, for group A's own connectors
-// (deploy_verify, grabr_intel's TLS probe), which do not go through ctx.http and its limiter.
-const slots = new Map<string, { running: number; waiting: Array<() => void> }>();
-
-/** Waits for one of the host's WEB_PER_HOST slots; call the returned function to give it back. */
-export async function acquireHostSlot(host: string, limit: number, signal: AbortSignal): Promise<() => void> {
-  const key = host.toLowerCase();
-  let q = slots.get(key);
-  if (!q) {
-    q = { running: 0, waiting: [] };
-    slots.set(key, q);
-  }
-  const entry = q;
-  if (entry.running >= limit) {
-    await new Promise<void>((resolve, reject) => {
-      const go = () => {
-        signal.removeEventListener('abort', onAbort);
-        resolve();
-      };
-      const onAbort = () => {
-        const i = entry.waiting.indexOf(go);
-        if (i >= 0) entry.waiting.splice(i, 1);
-        reject(signal.reason);
-      };
-      entry.waiting.push(go);
-      signal.addEventListener('abort', onAbort, { once: true });
-    });
-  } else entry.running += 1;
-  let released = false;
-  return () => {
-    if (released) return;
-    released = true;
-    const next = entry.waiting.shift();
-    if (next) next();
-    else {
-      entry.running -= 1;
-      if (entry.running === 0) slots.delete(key);
-    }
-  };
-}
-
-/** Connections held or awaited for a host (tests). */
-export function hostSlotLoad(host: string): number {
-  const q = slots.get(host.toLowerCase());
-  return q ? q.running + q.waiting.length : 0;
-}
+// deploy_verify's and grabr_intel's own connectors take the same per-host slots as ctx.http, so
+// every request to one host from this process counts against one WEB_PER_HOST bound.
+export { acquireHostSlot, hostLoad as hostSlotLoad } from './guarded-http.js';

@@ -1,4 +1,5 @@
 import { pipeline, type Readable } from 'node:stream';
+import { z } from 'zod';
 import zlib from 'node:zlib';
 import { request } from 'undici';
 import type { Config } from '../../config.js';
@@ -40,7 +41,9 @@ export interface GuardedHttpOptions {
 
 const hostQueues = new Map<string, { running: number; waiting: Array<() => void> }>();
 
-async function acquireHost(host: string, limit: number, signal: AbortSignal): Promise<() => void> {
+/** Waits for one of the host's WEB_PER_HOST slots; call the returned function to give it back. */
+export async function acquireHostSlot(host: string, limit: number, signal: AbortSignal): Promise<() => void> {
+  host = host.toLowerCase();
   let q = hostQueues.get(host);
   if (!q) {
     q = { running: 0, waiting: [] };
@@ -79,7 +82,7 @@ async function acquireHost(host: string, limit: number, signal: AbortSignal): Pr
 
 /** Requests in flight or waiting per host (tests check the per-host bound). */
 export function hostLoad(host: string): number {
-  const q = hostQueues.get(host);
+  const q = hostQueues.get(host.toLowerCase());
   return q ? q.running + q.waiting.length : 0;
 }
 
@@ -119,7 +122,7 @@ async function guardedFetch(o: GuardedHttpOptions, raw: string | URL, req: Guard
     for (;;) {
       const dest = await vetDestination(current, { config, resolver: o.resolver, signal, tool });
       agent.pin(dest);
-      const release = await acquireHost(current.host.toLowerCase(), config.WEB_PER_HOST, signal);
+      const release = await acquireHostSlot(current.host, config.WEB_PER_HOST, signal);
       try {
         if (req.reportProgress) await o.progress?.({ stage: 'fetching', done: 0, unit: 'bytes', message: `${method} ${current.origin}` });
         const res = await request(current, {
@@ -330,3 +333,34 @@ export function explainFetchError(
   }
   return e;
 }
+
+/** An http(s) URL field; a bare host such as "example.com" becomes https://example.com/. Fragments are dropped. */
+export function httpUrlField(description: string) {
+  return z
+    .string()
+    .trim()
+    .min(1)
+    .max(2048)
+    .describe(description)
+    .transform((raw, ctx) => {
+      const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(raw) ? raw : `https://${raw}`;
+      let url: URL;
+      try {
+        url = new URL(withScheme);
+      } catch {
+        ctx.addIssue({ code: 'custom', message: 'not a valid URL' });
+        return z.NEVER;
+      }
+      if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+        ctx.addIssue({ code: 'custom', message: `only http and https URLs are supported, not ${url.protocol.replace(/:$/, '')}` });
+        return z.NEVER;
+      }
+      if (url.username || url.password) {
+        ctx.addIssue({ code: 'custom', message: 'URLs with embedded credentials are not accepted' });
+        return z.NEVER;
+      }
+      url.hash = '';
+      return url.href;
+    });
+}
+

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { defineTool, type GuardedResponse, type ToolContext } from '../types.js';
 import { MAX_HTML_DEPTH, MAX_HTML_ELEMENTS, normalisePlainText, type PageContent } from './extract.js';
 import { runTask } from '../../sandbox/tasks.js';
-import { createGuardedHttp } from './guarded-http.js';
+import { createGuardedHttp, httpUrlField } from './guarded-http.js';
 import { createResolver } from './resolver.js';
 
 const TOOL = 'page_fetch';
@@ -22,32 +22,7 @@ const TEXT_TYPES = new Set([
 ]);
 
 export const PageFetchInput = z.object({
-  url: z
-    .string()
-    .trim()
-    .min(1)
-    .max(2048)
-    .describe('The http or https URL to fetch. A bare host such as "example.com" is fetched over https.')
-    .transform((raw, ctx) => {
-      const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(raw) ? raw : `https://${raw}`;
-      let url: URL;
-      try {
-        url = new URL(withScheme);
-      } catch {
-        ctx.addIssue({ code: 'custom', message: 'not a valid URL' });
-        return z.NEVER;
-      }
-      if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-        ctx.addIssue({ code: 'custom', message: `only http and https URLs can be fetched, not ${url.protocol.replace(/:$/, '')}` });
-        return z.NEVER;
-      }
-      if (url.username || url.password) {
-        ctx.addIssue({ code: 'custom', message: 'URLs with embedded credentials are not fetched' });
-        return z.NEVER;
-      }
-      url.hash = '';
-      return url.href;
-    }),
+  url: httpUrlField('The http or https URL to fetch. A bare host such as "example.com" is fetched over https.'),
   max_bytes: z
     .number()
     .int()
