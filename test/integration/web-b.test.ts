@@ -214,6 +214,18 @@ describe('grabr_scrape', () => {
     expect(json(res).error.code).toBe('robots_disallowed');
     expect(site.requestsFor('/private/page')).toHaveLength(0);
     expect(await h.credits(accountId)).toBe(1000);
+    // The same for every grabr tool whose first request is disallowed.
+    site.route('/private/sitemap.xml', { headers: { 'content-type': 'application/xml' }, body: '<urlset></urlset>' });
+    for (const [tool, body] of [
+      ['grabr_contact', { url: site.url('/private/page') }],
+      ['grabr_sitemap', { url: site.url('/private/sitemap.xml') }],
+    ] as const) {
+      const r = await h.call(tool, body, key);
+      expect(r.statusCode, tool).toBe(403);
+      expect(json(r).error.code, tool).toBe('robots_disallowed');
+    }
+    expect(site.requestsFor('/private/page')).toHaveLength(0);
+    expect(site.requestsFor('/private/sitemap.xml')).toHaveLength(0);
   });
 });
 
