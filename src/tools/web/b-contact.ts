@@ -1,7 +1,7 @@
 import { loadBuffer, type CheerioAPI } from 'cheerio';
 import { parsePhoneNumberFromString, searchPhoneNumbersInText, type CountryCode } from 'libphonenumber-js';
 import { htmlCapOffset } from './extract.js';
-import { absolute, collapse, readJsonLd } from './b-html.js';
+import { absolute, collapse, cut, MAX_URL_CHARS, readJsonLd } from './b-html.js';
 
 /**
  * grabr_contact's pool task: the published contact points of one page. Loads without side effects.
@@ -20,6 +20,9 @@ import { absolute, collapse, readJsonLd } from './b-html.js';
 /** Characters of page text searched for emails and phone numbers. */
 export const MAX_SCAN_CHARS = 500_000;
 const MAX_ITEMS = 200;
+const MAX_ADDRESSES = 50;
+/** Address parts and form field names are cut here. */
+const MAX_PART_CHARS = 300;
 
 export interface ContactPageInput {
   body: Uint8Array;
@@ -151,9 +154,9 @@ function pageText($: CheerioAPI): string {
 }
 
 function str(v: unknown): string | null {
-  if (typeof v === 'string') return collapse(v) || null;
+  if (typeof v === 'string') return cut(collapse(v), MAX_PART_CHARS) || null;
   if (typeof v === 'number') return String(v);
-  if (v && typeof v === 'object' && typeof (v as Record<string, unknown>)['name'] === 'string') return collapse((v as Record<string, string>)['name']!) || null;
+  if (v && typeof v === 'object' && typeof (v as Record<string, unknown>)['name'] === 'string') return str((v as Record<string, string>)['name']);
   return null;
 }
 
@@ -182,23 +185,23 @@ function walkJsonLd(blocks: unknown[], found: { addresses: PostalAddress[]; emai
         text: '',
       };
       a.text = [a.street, [a.postal_code, a.locality].filter(Boolean).join(' '), a.region, a.country].filter(Boolean).join(', ');
-      if (a.text && !found.addresses.some((x) => x.text === a.text)) found.addresses.push(a);
+      if (a.text && found.addresses.length < MAX_ADDRESSES && !found.addresses.some((x) => x.text === a.text)) found.addresses.push(a);
     } else if (typeof o['address'] === 'string' && collapse(o['address'])) {
-      const text = collapse(o['address']);
-      if (!found.addresses.some((x) => x.text === text)) {
+      const text = str(o['address'])!;
+      if (found.addresses.length < MAX_ADDRESSES && !found.addresses.some((x) => x.text === text)) {
         found.addresses.push({ street: null, locality: null, region: null, postal_code: null, country: null, text });
       }
     }
-    for (const e of [o['email']].flat()) if (typeof e === 'string') found.emails.push(e);
-    for (const t of [o['telephone']].flat()) if (typeof t === 'string') found.phones.push(t);
+    for (const e of [o['email']].flat()) if (typeof e === 'string' && found.emails.length < MAX_ITEMS) found.emails.push(e);
+    for (const t of [o['telephone']].flat()) if (typeof t === 'string' && found.phones.length < MAX_ITEMS) found.phones.push(t);
     for (const [k, x] of Object.entries(o)) if (k !== '@context' && x && typeof x === 'object') todo.push({ v: x, depth: depth + 1 });
   }
 }
 
 export function contactPageTask(input: ContactPageInput): ContactPageOutput {
   const body = Buffer.from(input.body.buffer, input.body.byteOffset, input.body.byteLength);
-  const cut = htmlCapOffset(body, input.headerCharset);
-  const $ = loadBuffer(cut === null ? body : body.subarray(0, cut), input.headerCharset ? { encoding: { transportLayerEncodingLabel: input.headerCharset } } : {});
+  const capAt = htmlCapOffset(body, input.headerCharset);
+  const $ = loadBuffer(capAt === null ? body : body.subarray(0, capAt), input.headerCharset ? { encoding: { transportLayerEncodingLabel: input.headerCharset } } : {});
   const base = input.baseUrl;
   const emails: string[] = [];
   const phones: string[] = [];
@@ -241,8 +244,9 @@ export function contactPageTask(input: ContactPageInput): ContactPageOutput {
       }
       return void addPhone(num);
     }
+    if (href.length > MAX_URL_CHARS) return;
     const url = absolute(href, base);
-    if (!url || !/^https?:/i.test(url)) return;
+    if (!url || url.length > MAX_URL_CHARS || !/^https?:/i.test(url)) return;
     const clean = url.replace(/#.*$/, '');
     const network = socialOf(clean);
     if (network) {
@@ -276,17 +280,19 @@ export function contactPageTask(input: ContactPageInput): ContactPageOutput {
   $('form').each((_, el) => {
     if (forms.length >= 50) return false;
     const $f = $(el);
-    const action = absolute($f.attr('action') ?? '', base) ?? base;
+    const rawAction = $f.attr('action') ?? '';
+    const resolved = rawAction.length <= MAX_URL_CHARS ? absolute(rawAction, base) : null;
+    const action = resolved && resolved.length <= MAX_URL_CHARS ? resolved : base;
     const method = ($f.attr('method') ?? 'get').trim().toUpperCase() === 'POST' ? 'POST' : 'GET';
     const fields: string[] = [];
     $f.find('input[name], textarea[name], select[name]').each((_, f) => {
       const type = ($(f).attr('type') ?? '').toLowerCase();
-      const name = $(f).attr('name')!.trim();
+      const name = cut($(f).attr('name')!.trim(), MAX_PART_CHARS);
       if (type !== 'hidden' && name && !fields.includes(name) && fields.length < 50) fields.push(name);
     });
     forms.push({ action, method, fields });
     return undefined;
   });
 
-  return { emails, phones, socials, addresses: jsonld.addresses, forms, candidates, truncated: cut !== null };
+  return { emails, phones, socials, addresses: jsonld.addresses, forms, candidates, truncated: capAt !== null };
 }

@@ -21,6 +21,18 @@ export const MAX_LINKS = 500;
 export const MAX_JSONLD_BLOCKS = 20;
 /** A JSON-LD block longer than this is skipped. */
 export const MAX_JSONLD_CHARS = 100_000;
+/** URLs longer than this (links, canonical) are left out. */
+export const MAX_URL_CHARS = 2_048;
+/** Title, description and og:* values are cut here; at most MAX_OG og:* properties. */
+export const MAX_META_CHARS = 2_000;
+export const MAX_OG = 50;
+
+/** Cuts a string to `max` characters (never inside a surrogate pair). */
+export function cut(s: string, max: number): string {
+  if (s.length <= max) return s;
+  const end = /[\uD800-\uDBFF]/.test(s[max - 1] ?? '') ? max - 1 : max;
+  return s.slice(0, end);
+}
 
 export interface FieldSpec {
   selector: string;
@@ -46,6 +58,8 @@ export interface ScrapeTaskInput {
   fields: Record<string, FieldSpec>;
   textMax: number;
   linksMax: number;
+  /** JSON bytes the answer may take (pool answers are capped by TOOL_MAX_RESULT_BYTES): past it, parts are cut. */
+  maxResultBytes: number;
 }
 
 export interface ScrapeTaskOutput {
@@ -111,16 +125,17 @@ export function readMeta($: CheerioAPI, baseUrl: string): PageMeta {
     const key = ($el.attr('property') ?? $el.attr('name') ?? '').trim().toLowerCase();
     const content = $el.attr('content')?.trim();
     if (!key || !content) return;
-    if (key.startsWith('og:') && og[key] === undefined) og[key] = content;
-    if (key === 'description' && description === null) description = content;
+    if (key.startsWith('og:') && og[key] === undefined && Object.keys(og).length < MAX_OG && key.length <= 100) og[key] = cut(content, MAX_META_CHARS);
+    if (key === 'description' && description === null) description = cut(content, MAX_META_CHARS);
   });
   const canonicalHref = $('link[rel~=canonical i]').first().attr('href');
-  const title = collapse($('title').first().text()) || null;
+  const canonical = canonicalHref && canonicalHref.length <= MAX_URL_CHARS ? absolute(canonicalHref, baseUrl) : null;
+  const title = cut(collapse($('title').first().text()), MAX_META_CHARS) || null;
   return {
     title,
     description: description ?? og['og:description'] ?? null,
-    canonical: canonicalHref ? absolute(canonicalHref, baseUrl) : null,
-    lang: $('html').attr('lang')?.trim() || null,
+    canonical: canonical && canonical.length <= MAX_URL_CHARS ? canonical : null,
+    lang: cut($('html').attr('lang')?.trim() ?? '', 35) || null,
     og,
   };
 }
@@ -151,9 +166,9 @@ export function readLinks($: CheerioAPI, baseUrl: string, max: number): { links:
   let dropped = false;
   $('a[href]').each((_, el) => {
     const href = $(el).attr('href') ?? '';
-    if (/^\s*(#|javascript:|mailto:|tel:|data:)/i.test(href)) return;
+    if (href.length > MAX_URL_CHARS || /^\s*(#|javascript:|mailto:|tel:|data:)/i.test(href)) return;
     const url = absolute(href, baseUrl);
-    if (!url || !/^https?:/i.test(url)) return;
+    if (!url || url.length > MAX_URL_CHARS || !/^https?:/i.test(url)) return;
     const key = url.replace(/#.*$/, '');
     if (seen.has(key)) return;
     seen.add(key);
@@ -220,14 +235,57 @@ export function scrapeTask(input: ScrapeTaskInput): ScrapeTaskOutput {
     text = text.slice(0, input.textMax);
     truncated = true;
   }
-  return {
-    fields,
-    metadata: { title: meta.title, canonical: meta.canonical, og: meta.og },
-    jsonld: jsonld.blocks,
-    links: links.links,
-    text,
-    truncated: truncated || jsonld.dropped || links.dropped || page.text_truncated,
-  };
+  return fitBudget(
+    {
+      fields,
+      metadata: { title: meta.title, canonical: meta.canonical, og: meta.og },
+      jsonld: jsonld.blocks,
+      links: links.links,
+      text,
+      truncated: truncated || jsonld.dropped || links.dropped || page.text_truncated,
+    },
+    input.maxResultBytes,
+  );
+}
+
+const jsonBytes = (v: unknown) => Buffer.byteLength(JSON.stringify(v));
+
+/**
+ * Keeps a scrape answer within `max` JSON bytes (multi-byte text can triple a character cap's size):
+ * the text is cut first, then JSON-LD blocks, links and field values are dropped from the end.
+ */
+export function fitBudget(out: ScrapeTaskOutput, max: number): ScrapeTaskOutput {
+  let size = jsonBytes(out);
+  if (size <= max) return out;
+  out.truncated = true;
+  const textBytes = Buffer.byteLength(out.text);
+  if (size - textBytes <= max) {
+    // Cut the text in proportion, then by tenths until it fits.
+    let keep = Math.floor(out.text.length * ((max - (size - textBytes)) / Math.max(1, textBytes)) * 0.95);
+    out.text = cut(out.text, Math.max(0, keep));
+    while (jsonBytes(out) > max && out.text.length) {
+      keep = Math.floor(out.text.length * 0.9);
+      out.text = cut(out.text, keep);
+    }
+    return out;
+  }
+  out.text = '';
+  size = jsonBytes(out);
+  while (size > max && out.jsonld.length) {
+    out.jsonld.pop();
+    size = jsonBytes(out);
+  }
+  while (size > max && out.links.length) {
+    out.links.length = Math.floor(out.links.length / 2);
+    size = jsonBytes(out);
+  }
+  for (const name of Object.keys(out.fields).reverse()) {
+    if (size <= max) break;
+    const v = out.fields[name];
+    out.fields[name] = Array.isArray(v) ? [] : null;
+    size = jsonBytes(out);
+  }
+  return out;
 }
 
 export interface MetaTaskInput {
@@ -249,7 +307,7 @@ export function metaTask(input: MetaTaskInput): MetaTaskOutput {
   const meta = readMeta($, input.baseUrl);
   const types: string[] = [];
   const add = (t: unknown) => {
-    for (const v of Array.isArray(t) ? t : [t]) if (typeof v === 'string' && !types.includes(v) && types.length < 50) types.push(v);
+    for (const v of Array.isArray(t) ? t : [t]) if (typeof v === 'string' && v.length <= 200 && !types.includes(v) && types.length < 50) types.push(v);
   };
   for (const block of readJsonLd($).blocks) {
     for (const node of Array.isArray(block) ? block : [block]) {

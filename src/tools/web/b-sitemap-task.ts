@@ -52,6 +52,8 @@ export interface SitemapTaskOutput {
 }
 
 export const MAX_INDEX_CHILDREN = 1_000;
+/** The sitemap protocol's limit on a URL's length: longer <loc> values are skipped. */
+export const MAX_LOC_CHARS = 2_048;
 
 /** The entries of a task's answer as objects. */
 export function entriesOf(out: Pick<SitemapTaskOutput, 'locs' | 'lastmods' | 'priorities'>): SitemapEntry[] {
@@ -157,7 +159,7 @@ export function sitemapTask(input: SitemapTaskInput): SitemapTaskOutput {
     out.kind = 'index';
     for (const s of (index['sitemap'] as unknown[] | undefined) ?? []) {
       const loc = text((s as Record<string, unknown> | null)?.['loc']);
-      if (!loc) continue;
+      if (!loc || loc.length > MAX_LOC_CHARS) continue;
       if (!sameSite(loc, input.siteHost, input.siteDomain)) {
         out.foreign++;
         continue;
@@ -177,7 +179,7 @@ export function sitemapTask(input: SitemapTaskInput): SitemapTaskOutput {
   for (const u of (set['url'] as unknown[] | undefined) ?? []) {
     const e = u as Record<string, unknown> | null;
     const loc = text(e?.['loc']);
-    if (!loc) continue;
+    if (!loc || loc.length > MAX_LOC_CHARS) continue;
     let parsed: URL;
     try {
       parsed = new URL(loc);
@@ -194,7 +196,8 @@ export function sitemapTask(input: SitemapTaskInput): SitemapTaskOutput {
       continue;
     }
     if (input.pathPrefix && !parsed.pathname.startsWith(input.pathPrefix)) continue;
-    const lastmod = text(e?.['lastmod']);
+    const rawLastmod = text(e?.['lastmod']);
+    const lastmod = rawLastmod && rawLastmod.length <= 64 ? rawLastmod : null;
     if (input.sinceMs !== null) {
       const t = lastmod ? Date.parse(lastmod) : NaN;
       if (!(t >= input.sinceMs)) continue;

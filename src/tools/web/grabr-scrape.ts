@@ -85,6 +85,7 @@ export async function scrapePage(
     fields,
     textMax: caps.textMax,
     linksMax: caps.linksMax,
+    maxResultBytes: Math.floor(ctx.config.TOOL_MAX_RESULT_BYTES * 0.9),
   });
   return { final_url: res.final_url, status: res.status, ...out, truncated: out.truncated || res.truncated };
 }

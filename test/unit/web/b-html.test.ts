@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { metaTask, MAX_VALUES_PER_FIELD, scrapeTask, selectorError, type FieldSpec } from '../../../src/tools/web/b-html.js';
 import { AppError } from '../../../src/errors.js';
 
-const scrape = (html: string | Buffer, fields: Record<string, FieldSpec> = {}, caps = { textMax: 100_000, linksMax: 500 }) =>
+const scrape = (html: string | Buffer, fields: Record<string, FieldSpec> = {}, caps = { textMax: 100_000, linksMax: 500, maxResultBytes: 900_000 }) =>
   scrapeTask({ body: typeof html === 'string' ? Buffer.from(html) : html, baseUrl: 'https://acme.test/dir/page', headerCharset: null, fields, ...caps });
 
 describe('scrape and meta pool tasks', () => {
@@ -32,7 +32,7 @@ describe('scrape and meta pool tasks', () => {
 
   it('caps: values per field, links, text; each marks truncated', () => {
     const many = `<html><body>${Array.from({ length: MAX_VALUES_PER_FIELD + 10 }, (_, i) => `<a href="/l/${i}">L${i}</a>`).join('')}</body></html>`;
-    const out = scrape(many, { all: { selector: 'a', all: true } }, { textMax: 50, linksMax: 20 });
+    const out = scrape(many, { all: { selector: 'a', all: true } }, { textMax: 50, linksMax: 20, maxResultBytes: 900_000 });
     expect(out.fields['all']).toHaveLength(MAX_VALUES_PER_FIELD);
     expect(out.links).toHaveLength(20);
     expect(out.text.length).toBeLessThanOrEqual(50);
@@ -43,10 +43,24 @@ describe('scrape and meta pool tasks', () => {
   it('a page past the element cap is parsed up to it, quickly', () => {
     const big = Buffer.from(`<html><body><h1>Top</h1>${'<span>x</span>'.repeat(300_000)}</body></html>`);
     const t0 = Date.now();
-    const out = scrape(big, { h: { selector: 'h1' }, n: { selector: 'span', all: true } }, { textMax: 100, linksMax: 10 });
+    const out = scrape(big, { h: { selector: 'h1' }, n: { selector: 'span', all: true } }, { textMax: 100, linksMax: 10, maxResultBytes: 900_000 });
     expect(out.fields['h']).toBe('Top');
     expect(out.truncated).toBe(true);
     expect(Date.now() - t0).toBeLessThan(10_000);
+  });
+
+  it('the answer stays within its JSON byte budget: multi-byte text is cut, then JSON-LD, links and fields', () => {
+    const cjk = '漢字テキスト'.repeat(20_000); // 120,000 characters, 360,000 bytes
+    const html = `<html><head><title>${'T'.repeat(10_000)}</title><script type="application/ld+json">{"a":"${'x'.repeat(90_000)}"}</script></head>
+      <body><p>${cjk}</p>${Array.from({ length: 300 }, (_, i) => `<a href="/${'l'.repeat(200)}${i}">L</a>`).join('')}<h1>Head</h1></body></html>`;
+    const small = scrape(html, { h: { selector: 'h1' }, all: { selector: 'p', all: true } }, { textMax: 100_000, linksMax: 500, maxResultBytes: 200_000 });
+    expect(Buffer.byteLength(JSON.stringify(small))).toBeLessThanOrEqual(200_000);
+    expect(small.truncated).toBe(true);
+    expect(small.fields['h']).toBe('Head');
+    expect(small.metadata.title).toHaveLength(2_000);
+    const tiny = scrape(html, { h: { selector: 'h1' }, all: { selector: 'p', all: true } }, { textMax: 100_000, linksMax: 500, maxResultBytes: 2_000 });
+    expect(Buffer.byteLength(JSON.stringify(tiny))).toBeLessThanOrEqual(4_500); // the capped title alone is 2,000 bytes
+    expect(tiny).toMatchObject({ text: '', jsonld: [], links: [], truncated: true });
   });
 
   it('meta: title, description (og fallback), canonical, lang, og:*, JSON-LD types (top level and @graph)', () => {
