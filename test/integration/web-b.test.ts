@@ -6,6 +6,8 @@ import { findTool } from '../../src/tools/index.js';
 
 let h: Harness;
 let site: FixtureSite;
+/** A second site whose robots.txt names a missing sitemap (relative) and serves /sitemap.xml gzip-encoded. */
+let site2: FixtureSite;
 let key: string;
 let accountId: string;
 
@@ -101,7 +103,8 @@ function validates(tool: string, result: unknown): void {
 
 beforeAll(async () => {
   site = await startFixtureSite();
-  h = await startHarness({ FETCH_ALLOWED_HOSTS: site.hostPort, GRABR_SITEMAP_MAX_BYTES: String(SITEMAP_CAP) }, { workers: ['web'] });
+  site2 = await startFixtureSite();
+  h = await startHarness({ FETCH_ALLOWED_HOSTS: `${site.hostPort},${site2.hostPort}`, GRABR_SITEMAP_MAX_BYTES: String(SITEMAP_CAP) }, { workers: ['web'] });
   const acct = await h.account('enterprise', 1000);
   key = acct.apiKey;
   accountId = acct.accountId;
@@ -116,6 +119,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await h?.close();
   await site?.close();
+  await site2?.close();
 });
 
 describe('catalogue', () => {
@@ -298,6 +302,24 @@ describe('grabr_sitemap', () => {
       { url: site.url('/sm/b.xml.gz'), via: 'index', kind: 'urlset', urls: 4, error: null },
     ]);
   }, 30_000);
+
+  it('robots.txt names only missing sitemaps (one relative): /sitemap.xml is tried, its Content-Encoding decoded', async () => {
+    site2.route('/robots.txt', { headers: { 'content-type': 'text/plain' }, body: 'User-agent: *\nAllow: /\nSitemap: /maps/gone.xml\n' });
+    site2.route('/sitemap.xml', {
+      headers: { 'content-type': 'application/xml', 'content-encoding': 'gzip' },
+      body: gzipSync(xmlUrlset([site2.url('/a'), site2.url('/b')])),
+    });
+    const res = await h.call('grabr_sitemap', { url: site2.url('/') }, key);
+    expect(res.statusCode, res.body).toBe(200);
+    const { result } = json(res);
+    validates('grabr_sitemap', result);
+    expect(result.sources.map((s: any) => [s.url, s.via, s.error?.code ?? null])).toEqual([
+      [site2.url('/maps/gone.xml'), 'robots', 'not_found'],
+      [site2.url('/sitemap.xml'), 'default', null],
+    ]);
+    expect(result.urls.map((u: any) => u.loc)).toEqual([site2.url('/a'), site2.url('/b')]);
+    expect(result.total).toBe(2);
+  });
 
   it('path_prefix and since filter', async () => {
     const res = await h.call('grabr_sitemap', { url: site.url('/'), path_prefix: '/blog/', since: '2025-01-01' }, key);

@@ -9,9 +9,9 @@ import { assertPageOk, createRobots, grabrFetch } from './robots.js';
 
 /**
  * grabr_sitemap: discovers and flattens a site's sitemaps. Starting points: the URL itself when its
- * path ends in .xml or .xml.gz, else the site's robots.txt `Sitemap:` lines, else
- * /sitemap.xml. Sitemap indexes are followed (depth ≤ MAX_INDEX_DEPTH, ≤ MAX_SITEMAP_FILES files in
- * all). Each file is fetched through robots.txt and the guard (ctx.http decodes Content-Encoding
+ * path ends in .xml or .xml.gz, else the site's robots.txt `Sitemap:` lines (relative ones resolved),
+ * and /sitemap.xml when there are none or none of them could be read. Sitemap indexes are followed
+ * (depth ≤ MAX_INDEX_DEPTH, ≤ MAX_SITEMAP_FILES files in all). Each file is fetched through robots.txt and the guard (ctx.http decodes Content-Encoding
  * within WEB_FETCH_MAX_BYTES) and handed to the pool (b-sitemap-task.ts): a gzip file is inflated to
  * at most GRABR_SITEMAP_MAX_BYTES, a DOCTYPE/ENTITY declaration is refused, and only entries on the
  * same registrable domain (tldts; the same host for IP addresses) are kept.
@@ -58,6 +58,17 @@ export const SitemapResultSchema = z.object({
 type SitemapResult = z.infer<typeof SitemapResultSchema>;
 type Source = z.infer<typeof SourceSchema>;
 
+/** A Sitemap: line as an absolute http(s) URL without fragment (relative lines resolve against the site). */
+function resolve(line: string, base: string): string | null {
+  try {
+    const u = new URL(line, base);
+    u.hash = '';
+    return u.protocol === 'http:' || u.protocol === 'https:' ? u.href : null;
+  } catch {
+    return null;
+  }
+}
+
 function namesSitemap(url: string): boolean {
   const path = new URL(url).pathname.toLowerCase();
   return /\.xml(\.gz)?$/.test(path);
@@ -74,11 +85,15 @@ async function flatten(input: z.output<typeof Input>, ctx: ToolContext): Promise
     queued.add(url);
     queue.push({ url, via, depth });
   };
-  if (namesSitemap(input.url)) enqueue(input.url, 'input', 0);
+  const fallback = new URL('/sitemap.xml', input.url).href;
+  const discovering = !namesSitemap(input.url);
+  if (!discovering) enqueue(input.url, 'input', 0);
   else {
-    const fromRobots = (await robots.sitemaps(input.url)).filter((s) => sameSite(s, siteHost, siteDomain));
+    const fromRobots = (await robots.sitemaps(input.url))
+      .map((s) => resolve(s, input.url))
+      .filter((s): s is string => s !== null && sameSite(s, siteHost, siteDomain));
     for (const s of fromRobots) enqueue(s, 'robots', 0);
-    if (!fromRobots.length) enqueue(new URL('/sitemap.xml', input.url).href, 'default', 0);
+    if (!fromRobots.length) enqueue(fallback, 'default', 0);
   }
 
   const sources: Source[] = [];
@@ -88,7 +103,10 @@ async function flatten(input: z.output<typeof Input>, ctx: ToolContext): Promise
   let overflow = 0;
   let truncated = false;
 
-  while (queue.length) {
+  for (;;) {
+    // robots.txt named sitemaps and none could be read: /sitemap.xml is still worth a try.
+    if (!queue.length && discovering && !queued.has(fallback) && !sources.some((s) => s.error === null)) enqueue(fallback, 'default', 0);
+    if (!queue.length) break;
     if (sources.length >= MAX_SITEMAP_FILES) {
       truncated = true;
       break;
