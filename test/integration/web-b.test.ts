@@ -29,7 +29,7 @@ const cfEncode = (key: number, email: string) => key.toString(16).padStart(2, '0
 function routeContactSite(): void {
   site.route('/c/', {
     body: `<html><body><nav><a href="/c/about">About us</a> <a href="/c/team">Team</a> <a href="/w/1">Products</a>
-      <a href="http://elsewhere.example/contact">Partner contact</a></nav>
+      <a href="http://elsewhere.example/contact">Partner contact</a> <a href="/c/support">Support</a></nav>
       <footer><a href="mailto:hello@acme.test?subject=Hi">Mail</a> <a href="tel:+49 30 1234567">Call</a>
       <a href="https://twitter.com/acmewidgets">X</a> <a href="https://twitter.com/intent/tweet?text=hi">share</a>
       <a href="https://www.linkedin.com/company/acme">LinkedIn</a> <img src="logo@2x.png"></footer></body></html>`,
@@ -47,6 +47,7 @@ function routeContactSite(): void {
       <form action="/c/send" method="post"><input name="email"><textarea name="message"></textarea><input type="hidden" name="token"></form></body></html>`,
   });
   site.route('/c/team', { body: '<html><body>team@acme.test</body></html>' });
+  site.route('/c/support', { status: 301, headers: { location: '/c/' } });
 }
 
 const xmlUrlset = (locs: Array<string | { loc: string; lastmod?: string; priority?: string }>) =>
@@ -246,6 +247,7 @@ describe('grabr_contact', () => {
       [home, 200, null],
       [about, 200, null],
       [site.url('/c/team'), null, 'robots_disallowed'],
+      [site.url('/c/support'), 200, 'duplicate'],
       [imprint, 200, null],
     ]);
     expect(site.requestsFor('/c/team')).toHaveLength(0);

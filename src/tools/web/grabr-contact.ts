@@ -83,6 +83,8 @@ async function crawl(input: z.output<typeof Input>, ctx: ToolContext): Promise<C
   let site = siteKey(start);
   const queue: string[] = [start.href];
   const seen = new Set<string>([start.href]);
+  /** Final URLs already parsed. */
+  const read = new Set<string>();
   const pages: ContactResult['pages'] = [];
   const emails = new Collected<{ value: string }>();
   const phones = new Collected<{ e164: string }>();
@@ -110,6 +112,11 @@ async function crawl(input: z.output<typeof Input>, ctx: ToolContext): Promise<C
       pages.push({ url, status: res.status, error: { code: 'invalid_input', message: isHtml(res) ? 'redirected off the site; not read' : 'not an HTML page; not read' } });
       continue;
     }
+    if (read.has(source)) {
+      pages.push({ url, status: res.status, error: { code: 'duplicate', message: `redirected to ${source}, already read` } });
+      continue;
+    }
+    read.add(source);
     seen.add(source);
     pages.push({ url: source, status: res.status, error: null });
     truncated ||= res.truncated;
