@@ -8,6 +8,8 @@ let h: Harness;
 let site: FixtureSite;
 /** A second site whose robots.txt names a missing sitemap (relative) and serves /sitemap.xml gzip-encoded. */
 let site2: FixtureSite;
+/** An HTTPS site with a self-signed certificate: the guard does not trust it. */
+let tls: FixtureSite;
 let key: string;
 let accountId: string;
 
@@ -105,7 +107,8 @@ function validates(tool: string, result: unknown): void {
 beforeAll(async () => {
   site = await startFixtureSite();
   site2 = await startFixtureSite();
-  h = await startHarness({ FETCH_ALLOWED_HOSTS: `${site.hostPort},${site2.hostPort}`, GRABR_SITEMAP_MAX_BYTES: String(SITEMAP_CAP) }, { workers: ['web'] });
+  tls = await startFixtureSite({ https: true });
+  h = await startHarness({ FETCH_ALLOWED_HOSTS: `${site.hostPort},${site2.hostPort},${tls.hostPort}`, GRABR_SITEMAP_MAX_BYTES: String(SITEMAP_CAP) }, { workers: ['web'] });
   const acct = await h.account('enterprise', 1000);
   key = acct.apiKey;
   accountId = acct.accountId;
@@ -121,6 +124,7 @@ afterAll(async () => {
   await h?.close();
   await site?.close();
   await site2?.close();
+  await tls?.close();
 });
 
 describe('catalogue', () => {
@@ -180,6 +184,14 @@ describe('grabr_scrape', () => {
     expect(pageReq.headers['user-agent']).toBe(h.config.GRABR_USER_AGENT);
     expect(site.requestsFor('/robots.txt')[0]!.headers['user-agent']).toBe(h.config.GRABR_USER_AGENT);
   }, 30_000);
+
+  it('an HTTPS site with an untrusted certificate is 502 fetch_failed (tls_error), uncharged', async () => {
+    tls.route('/', { body: PAGE });
+    const res = await h.call('grabr_scrape', { url: tls.url('/') }, key);
+    expect(res.statusCode).toBe(502);
+    expect(json(res).error).toMatchObject({ code: 'fetch_failed', reason: 'tls_error' });
+    expect(await h.credits(accountId)).toBe(1000);
+  });
 
   it('a bad selector is 400 invalid_input before anything is fetched', async () => {
     const before = site.requests.length;
