@@ -7,7 +7,7 @@ import type { GuardedResponse, ToolContext } from '../types.js';
  * module first: a path that robots.txt disallows for config.GRABR_USER_AGENT is never requested and
  * the tool (or the batch item) fails with `robots_disallowed` (403).
  *
- * Per RFC 9309: robots.txt is fetched once per origin per call (cached for the call only), through
+ * Per RFC 9309: robots.txt is fetched once per origin per call (cached for the call only, failures too), through
  * ctx.http (SSRF guard, redirects followed and re-vetted, at most ROBOTS_MAX_BYTES read);
  * an answer in 4xx (404...) means everything is allowed; 5xx means nothing is (the site is
  * "unreachable", RFC 9309 §2.3.1.4); a network failure fails the request like any fetch would.
@@ -39,8 +39,9 @@ export function createRobots(ctx: ToolContext, tool: string): Robots {
     if (!f) {
       f = loadRobots(ctx, origin);
       files.set(origin, f);
-      // A failure is not cached as an answer: the next ask tries again.
-      f.catch(() => files.delete(origin));
+      // A failure (the site unreachable, a refused address) is this call's answer for the origin too:
+      // fifty URLs of a dead host cost one timeout, not fifty. Marked handled; each asker rethrows it.
+      f.catch(() => {});
     }
     return f;
   };

@@ -82,6 +82,17 @@ describe('robots.txt (robots.ts)', () => {
     expect(down.requestsFor('/page')).toHaveLength(0);
   });
 
+  it('an origin whose robots.txt cannot be fetched fails every check of that call at once (one attempt)', async () => {
+    const { closedPort } = await import('../../helpers/http-targets.js');
+    const port = await closedPort();
+    const ctx = makeToolContext({ env: { FETCH_ALLOWED_HOSTS: `127.0.0.1:${port}` } }).ctx;
+    const robots = createRobots(ctx, 'test');
+    const a = await robots.assertAllowed(`http://127.0.0.1:${port}/a`).catch((e: unknown) => e);
+    const b = await robots.assertAllowed(`http://127.0.0.1:${port}/b`).catch((e: unknown) => e);
+    expect((a as AppError).code).toBe('fetch_failed');
+    expect(b).toBe(a);
+  });
+
   it('the pool task: rules for another origin say nothing; a hostile wildcard file stays bounded', () => {
     expect(robotsCheckTask({ robotsUrl: 'https://a.test/robots.txt', text: 'User-agent: *\nDisallow: /', userAgent: 'X', urls: ['https://b.test/x'] }).allowed).toEqual([true]);
     const hostile = 'User-agent: *\n' + Array.from({ length: 2000 }, () => `Disallow: /${'*a'.repeat(50)}$`).join('\n');
