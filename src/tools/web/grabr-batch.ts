@@ -14,13 +14,16 @@ import type { FieldSpec } from './b-html.js';
  * single-page tools (at most WEB_PER_HOST requests at once per host, whatever `concurrency` says);
  * a URL that fails (an HTTP error, a refused private address, robots.txt, not HTML) is an item with
  * `ok: false` and its error's code and message, never the call's failure. Items keep input order.
- * Per item, text is cut at ITEM_TEXT_CHARS characters and scrape links at ITEM_LINKS.
+ * Per item, text is cut at ITEM_TEXT_CHARS characters, scrape links at ITEM_LINKS and a scrape item at
+ * ITEM_SCRAPE_BYTES of JSON.
  */
 
 const TOOL = 'grabr_batch';
 export const MAX_BATCH_URLS = 50;
 export const ITEM_TEXT_CHARS = 20_000;
 export const ITEM_LINKS = 100;
+/** JSON bytes of one scrape item at most (50 items stay within about 10 MB). */
+export const ITEM_SCRAPE_BYTES = 200_000;
 
 const Input = z
   .object({
@@ -67,7 +70,7 @@ type Item = z.infer<typeof Item>;
 type ItemResult = Extract<Item, { ok: true }>['result'];
 
 async function readOne(ctx: ToolContext, robots: Robots, url: string, mode: 'text' | 'scrape' | 'meta', fields: Record<string, FieldSpec>): Promise<ItemResult> {
-  if (mode === 'scrape') return { kind: 'scrape', ...(await scrapePage(ctx, robots, url, fields, { textMax: ITEM_TEXT_CHARS, linksMax: ITEM_LINKS })) };
+  if (mode === 'scrape') return { kind: 'scrape', ...(await scrapePage(ctx, robots, url, fields, { textMax: ITEM_TEXT_CHARS, linksMax: ITEM_LINKS, maxResultBytes: ITEM_SCRAPE_BYTES })) };
   const res = await fetchPage(ctx, robots, url, { requireHtml: mode === 'meta' });
   if (mode === 'meta') {
     const m = await runTask(ctx, 'b_meta', { body: res.body, baseUrl: res.final_url, headerCharset: res.charset });
@@ -139,7 +142,8 @@ export const grabrBatch = defineTool({
   output:
     '{items: [{url, ok: true, result} | {url, ok: false, error: {code, message}}]} in input order; result by mode: ' +
     'text {kind, final_url, status, content_type, title, text, truncated}, meta {kind, final_url, status, title, description, canonical, lang, og, jsonld_types, links_count, truncated}, ' +
-    `scrape {kind, ...grabr_scrape's result}; at most ${MAX_BATCH_URLS} URLs, ${ITEM_TEXT_CHARS.toLocaleString('en')} characters of text and ${ITEM_LINKS} links per item`,
+    `scrape {kind, ...grabr_scrape's result}; at most ${MAX_BATCH_URLS} URLs, ${ITEM_TEXT_CHARS.toLocaleString('en')} characters of text and ${ITEM_LINKS} links per item, ` +
+    `a scrape item at most ${ITEM_SCRAPE_BYTES.toLocaleString('en')} JSON bytes (cut like grabr_scrape's answer)`,
   outputSchema: BatchResultSchema,
   limits: { timeMs: 10_000, memoryMb: 384 },
   handler: async (input, ctx) => batch(input, ctx),

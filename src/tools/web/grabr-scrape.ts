@@ -75,7 +75,7 @@ export async function scrapePage(
   robots: Robots,
   url: string,
   fields: Record<string, FieldSpec>,
-  caps: { textMax: number; linksMax: number },
+  caps: { textMax: number; linksMax: number; maxResultBytes?: number },
 ): Promise<ScrapeResult> {
   const res = await fetchPage(ctx, robots, url, { requireHtml: true });
   const out: ScrapeTaskOutput = await runTask(ctx, 'b_scrape', {
@@ -85,7 +85,7 @@ export async function scrapePage(
     fields,
     textMax: caps.textMax,
     linksMax: caps.linksMax,
-    maxResultBytes: Math.floor(ctx.config.TOOL_MAX_RESULT_BYTES * 0.9),
+    maxResultBytes: Math.min(caps.maxResultBytes ?? Infinity, Math.floor(ctx.config.TOOL_MAX_RESULT_BYTES * 0.9)),
   });
   return { final_url: res.final_url, status: res.status, ...out, truncated: out.truncated || res.truncated };
 }
