@@ -391,9 +391,10 @@ export class Webhooks {
   }
 
   async close(): Promise<void> {
+    // A worker closed while it still connects leaves its connection's pending commands to reject
+    // unhandled: let each finish starting first (a short-lived process, e.g. in tests, closes at once).
+    await this.worker?.waitUntilReady().catch(() => {});
     await this.worker?.close();
-    // A watcher closed while it still connects leaves its connection's pending commands to reject
-    // unhandled: let it finish starting first (a short-lived app, e.g. in tests, closes at once).
     await this.watcher?.waitUntilReady().catch(() => {});
     await this.watcher?.close();
     await this.workerRedis?.quit().catch(() => {});
