@@ -59,7 +59,10 @@ describe('parser bombs with a probe', () => {
     ]);
     probing = false;
     await probe;
-    const [deep, wide, bomb, fetched, laughs, many, batch] = calls.map((c) => ({ status: c.statusCode, body: json(c) }));
+    type Answer = { status: number; body: any };
+    const [deep, wide, bomb, fetched, laughs, many, batch] = calls.map((c) => ({ status: c.statusCode, body: json(c) })) as [
+      Answer, Answer, Answer, Answer, Answer, Answer, Answer,
+    ];
     expect(deep.status).toBe(200);
     expect(deep.body.result.truncated).toBe(true);
     expect(wide.status).toBe(200);

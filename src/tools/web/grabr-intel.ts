@@ -9,6 +9,7 @@ import { probeTls, TlsInfoSchema, type TlsInfo } from './a-tls.js';
 import { normaliseDomain } from './domain-check.js';
 import { FINGERPRINTS_VERSION } from './fingerprints.js';
 import { vetDestination } from './net-guard.js';
+import { parseHttpUrl } from './guarded-http.js';
 import { createRobots } from './robots.js';
 import { ABSENT_CODES, RECORD_TYPES, UNREACHABLE_CODES, errorCode, type RecordMap, type RecordType } from './resolver.js';
 
@@ -40,22 +41,12 @@ const Input = z.object({
       const hasScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(raw);
       let origin: string | null = null;
       if (hasScheme) {
-        let url: URL;
-        try {
-          url = new URL(raw);
-        } catch {
-          ctx.addIssue({ code: 'custom', message: 'not a valid domain name or URL' });
+        const u = parseHttpUrl(raw);
+        if ('error' in u) {
+          ctx.addIssue({ code: 'custom', message: u.error === 'not a valid URL' ? 'not a valid domain name or URL' : u.error });
           return z.NEVER;
         }
-        if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-          ctx.addIssue({ code: 'custom', message: `only http and https URLs are supported, not ${url.protocol.replace(/:$/, '')}` });
-          return z.NEVER;
-        }
-        if (url.username || url.password) {
-          ctx.addIssue({ code: 'custom', message: 'URLs with embedded credentials are not accepted' });
-          return z.NEVER;
-        }
-        origin = url.origin;
+        origin = u.url.origin;
       }
       const r = normaliseDomain(raw);
       if ('error' in r) {

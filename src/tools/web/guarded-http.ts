@@ -334,7 +334,25 @@ export function explainFetchError(
   return e;
 }
 
-/** An http(s) URL field; a bare host such as "example.com" becomes https://example.com/. Fragments are dropped. */
+/**
+ * Parses a caller's http(s) URL: a bare host such as "example.com" becomes https://example.com/,
+ * the fragment is dropped; other schemes and embedded credentials are refused with a reason.
+ */
+export function parseHttpUrl(raw: string): { url: URL } | { error: string } {
+  const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(raw) ? raw : `https://${raw}`;
+  let url: URL;
+  try {
+    url = new URL(withScheme);
+  } catch {
+    return { error: 'not a valid URL' };
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return { error: `only http and https URLs are supported, not ${url.protocol.replace(/:$/, '')}` };
+  if (url.username || url.password) return { error: 'URLs with embedded credentials are not accepted' };
+  url.hash = '';
+  return { url };
+}
+
+/** An http(s) URL field (see parseHttpUrl): the value becomes the normalised href. */
 export function httpUrlField(description: string) {
   return z
     .string()
@@ -343,24 +361,11 @@ export function httpUrlField(description: string) {
     .max(2048)
     .describe(description)
     .transform((raw, ctx) => {
-      const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(raw) ? raw : `https://${raw}`;
-      let url: URL;
-      try {
-        url = new URL(withScheme);
-      } catch {
-        ctx.addIssue({ code: 'custom', message: 'not a valid URL' });
+      const r = parseHttpUrl(raw);
+      if ('error' in r) {
+        ctx.addIssue({ code: 'custom', message: r.error });
         return z.NEVER;
       }
-      if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-        ctx.addIssue({ code: 'custom', message: `only http and https URLs are supported, not ${url.protocol.replace(/:$/, '')}` });
-        return z.NEVER;
-      }
-      if (url.username || url.password) {
-        ctx.addIssue({ code: 'custom', message: 'URLs with embedded credentials are not accepted' });
-        return z.NEVER;
-      }
-      url.hash = '';
-      return url.href;
+      return r.url.href;
     });
 }
-
