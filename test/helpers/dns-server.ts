@@ -31,6 +31,8 @@ export interface FakeDnsServer {
   zone: FakeZone;
   /** Every question received, as `TYPE name`. */
   queries: string[];
+  /** Sets (replaces) a name's records; a TXT given as a plain string is one record of one string. */
+  set(name: string, entry: Omit<FakeZoneEntry, 'TXT'> & { TXT?: Array<string | string[]> }): void;
   close(): Promise<void>;
 }
 
@@ -47,6 +49,10 @@ export async function startFakeDns(zone: FakeZone): Promise<FakeDnsServer> {
     port: 0,
     zone,
     queries,
+    set: (name, entry) => {
+      const { TXT, ...rest } = entry;
+      server.zone[name.toLowerCase().replace(/\.$/, '')] = { ...rest, ...(TXT ? { TXT: TXT.map((t) => (typeof t === 'string' ? [t] : t)) } : {}) };
+    },
     close: async () => {
       socket.close();
       await once(socket, 'close');

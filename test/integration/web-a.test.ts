@@ -3,7 +3,7 @@ import { TOOLS } from '../../src/tools/index.js';
 import { webToolsA } from '../../src/tools/web/group-a.js';
 import { json, startHarness, type Harness, type TestAccount } from '../helpers/harness.js';
 import { startFakeSearxng, type FakeSearxng } from '../helpers/fake-searxng.js';
-import { startDnsFake, type FakeDns } from '../helpers/fake-dns.js';
+import { startFakeDns, type FakeDnsServer } from '../helpers/dns-server.js';
 import { startFakeCdx, type FakeCdx } from '../helpers/fake-cdx.js';
 import { routes, startHttpTarget, type HttpTarget } from '../helpers/http-targets.js';
 
@@ -20,7 +20,7 @@ let h: Harness;
 let bare: Harness;
 let acct: TestAccount;
 let search: FakeSearxng;
-let dns: FakeDns;
+let dns: FakeDnsServer;
 let cdx: FakeCdx;
 let site: HttpTarget;
 let tlsSite: HttpTarget;
@@ -29,7 +29,7 @@ let forbidden: HttpTarget;
 let examples: HttpTarget | null = null;
 
 beforeAll(async () => {
-  [search, dns, cdx] = await Promise.all([startFakeSearxng(), startDnsFake(), startFakeCdx()]);
+  [search, dns, cdx] = await Promise.all([startFakeSearxng(), startFakeDns({}), startFakeCdx()]);
   site = await startHttpTarget(
     routes({
       '/': [200, { 'content-type': 'text/html', server: 'Caddy' }, '<html lang="en"><head><title>Site A</title></head><body><h1>Hi</h1></body></html>'],

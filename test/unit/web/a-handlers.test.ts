@@ -9,7 +9,7 @@ import { clearWaybackCache, grabrWayback, GrabrWaybackOutput } from '../../../sr
 import type { AnyTool } from '../../../src/tools/types.js';
 import { makeToolContext } from '../../helpers/tool-context.js';
 import { startFakeSearxng, type FakeSearxng } from '../../helpers/fake-searxng.js';
-import { startDnsFake, type FakeDns } from '../../helpers/fake-dns.js';
+import { startFakeDns, type FakeDnsServer } from '../../helpers/dns-server.js';
 import { startFakeCdx, type FakeCdx } from '../../helpers/fake-cdx.js';
 import { closedPort, routes, startHttpTarget, type HttpTarget } from '../../helpers/http-targets.js';
 
@@ -20,7 +20,7 @@ const HOME = `<!doctype html><html lang="en"><head><title>Intel Test</title><met
 <meta name="generator" content="Hugo 0.120.0"><link rel="canonical" href="/"></head><body><h1>Hello</h1><p>Welcome to v2.</p></body></html>`;
 
 let search: FakeSearxng;
-let dns: FakeDns;
+let dns: FakeDnsServer;
 let cdx: FakeCdx;
 let site: HttpTarget;
 let tlsSite: HttpTarget;
@@ -33,7 +33,7 @@ let inFlight = 0;
 let maxInFlight = 0;
 
 beforeAll(async () => {
-  [search, dns, cdx] = await Promise.all([startFakeSearxng(), startDnsFake(), startFakeCdx()]);
+  [search, dns, cdx] = await Promise.all([startFakeSearxng(), startFakeDns({}), startFakeCdx()]);
   site = await startHttpTarget(
     routes({
       '/': [200, { 'content-type': 'text/html; charset=utf-8', server: 'nginx/1.25.3', 'x-content-type-options': 'nosniff', 'x-version': 'v2.3.1' }, HOME],
