@@ -1,9 +1,12 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { llmToolsA } from '../../src/tools/llm/group-a.js';
+import { llmTools } from '../../src/tools/llm/index.js';
 import type { AnyTool } from '../../src/tools/types.js';
 import { json, startHarness, type Harness, type TestAccount } from '../helpers/harness.js';
 import { dataBlocksOf, startFakeOpenAI, type FakeOpenAI } from '../helpers/fake-openai.js';
 import { startFakeDns, type FakeDnsServer } from '../helpers/dns-server.js';
+
+/** The tools under test here, from the family's registry. */
+const llmToolsA = llmTools.filter((t) => ['intent_to_spec', 'hints_plus', 'one_liner', 'name_it', 'price_it'].includes(t.name));
 
 /**
  * The five group-A structured tools through the real path (HTTP, admission, queue, llm worker,
@@ -33,7 +36,7 @@ beforeEach(() => {
   llm.requests.length = 0;
 });
 
-const tool = (name: string): AnyTool => llmToolsA.find((t) => t.name === name)!;
+const tool = (name: string): AnyTool => llmTools.find((t) => t.name === name)!;
 
 interface Case {
   name: string;

@@ -1,11 +1,14 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { llmToolsB } from '../../src/tools/llm/group-b.js';
+import { llmTools } from '../../src/tools/llm/index.js';
 import type { AnyTool } from '../../src/tools/types.js';
 import { json, startHarness, type Harness, type TestAccount } from '../helpers/harness.js';
 import { dataBlocksOf, startFakeOpenAI, type FakeOpenAI } from '../helpers/fake-openai.js';
 import { startFakeSearxng, type FakeSearxng } from '../helpers/fake-searxng.js';
+
+/** The tools under test here, from the family's registry. */
+const llmToolsB = llmTools.filter((t) => ['mind_opener', 'idea_fold', 'hints_parade', 'genius_plus', 'skeptic_pov'].includes(t.name));
 
 /**
  * The five group-B tools through the real path (HTTP, admission, queue, llm worker, sandbox pool tasks,

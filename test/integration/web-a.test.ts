@@ -1,11 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TOOLS } from '../../src/tools/index.js';
-import { webToolsA } from '../../src/tools/web/group-a.js';
+import { webTools } from '../../src/tools/web/index.js';
 import { json, startHarness, type Harness, type TestAccount } from '../helpers/harness.js';
 import { startFakeSearxng, type FakeSearxng } from '../helpers/fake-searxng.js';
 import { startFakeDns, type FakeDnsServer } from '../helpers/dns-server.js';
 import { startFakeCdx, type FakeCdx } from '../helpers/fake-cdx.js';
 import { routes, startHttpTarget, type HttpTarget } from '../helpers/http-targets.js';
+
+/** The tools under test here, from the family's registry. */
+const webToolsA = webTools.filter((t) => ['web_search', 'deploy_verify', 'discovery_collision', 'grabr_intel', 'grabr_wayback'].includes(t.name));
 
 /**
  * Web group A through the whole service (HTTP, queue, web workers, sandbox pool for parsing and

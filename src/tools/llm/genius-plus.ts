@@ -3,7 +3,7 @@ import { AppError, isAppError } from '../../errors.js';
 import { runTask } from '../../sandbox/tasks.js';
 import { normalisePlainText } from '../web/extract.js';
 import { defineTool, type SearchHit, type ToolContext } from '../types.js';
-import { MetaSchema, llmOf, unusableReply, verbatimIndex } from './b-common.js';
+import { MetaSchema, llmOf, unusableReply, verbatimIndex } from './tool-kit.js';
 
 /**
  * genius_plus: an answer grounded in live sources, with citations checked in code.

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { defineTool, type LlmMeta } from '../types.js';
-import { MetaSchema, jaccard, llmOf, mapSettled, mergeMeta, round, stems, unusableReply } from './b-common.js';
+import { MetaSchema, jaccard, llmOf, mapSettled, mergeMeta, round, stems, unusableReply } from './tool-kit.js';
 
 /**
  * hints_parade: hints on one problem from up to eight expert personas, one model call per persona, all

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { defineTool, type LlmDataBlock } from '../types.js';
-import { LlmMetaSchema, META_OUTPUT, clean, contextField, jaccard, llmOf, unusableReply, wordSet } from './a-common.js';
+import { LlmMetaSchema, META_OUTPUT, clean, contextField, jaccard, llmOf, unusableReply, wordSet } from './tool-kit.js';
 
 /**
  * hints_plus: a graded hint ladder, gentlest first. The model writes the hints; code drops any hint

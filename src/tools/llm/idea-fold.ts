@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { runTask } from '../../sandbox/tasks.js';
 import { defineTool, type LlmMeta } from '../types.js';
-import { MetaSchema, llmOf, mapSettled, mergeMeta, unusableReply } from './b-common.js';
+import { MetaSchema, llmOf, mapSettled, mergeMeta, unusableReply } from './tool-kit.js';
 
 /**
  * idea_fold: 2 to 200 ideas folded into a few merged ones. Code clusters the ideas (b-cluster.ts:

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { defineTool, type LlmDataBlock } from '../types.js';
-import { LlmMetaSchema, META_OUTPUT, clean, cleanList, contextField, llmOf, mdText, unusableReply } from './a-common.js';
+import { LlmMetaSchema, META_OUTPUT, clean, cleanList, contextField, llmOf, mdText, unusableReply } from './tool-kit.js';
 
 /**
  * intent_to_spec: a plain-language intent becomes a testable specification. The model writes the

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { defineTool } from '../types.js';
-import { MetaSchema, llmOf, unusableReply } from './b-common.js';
+import { MetaSchema, llmOf, unusableReply } from './tool-kit.js';
 
 /**
  * mind_opener: a problem reframed through chosen thinking lenses. The model's schema is built for each

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { defineTool, type ToolContext, type ToolDns } from '../types.js';
 import { UNREACHABLE_CODES, errorCode } from '../web/resolver.js';
-import { LlmMetaSchema, META_OUTPUT, clean, llmOf, unusableReply } from './a-common.js';
+import { LlmMetaSchema, META_OUTPUT, clean, llmOf, unusableReply } from './tool-kit.js';
 
 /**
  * name_it: name candidates, then a DNS look at each candidate domain. The model proposes names and

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { defineTool } from '../types.js';
-import { LlmMetaSchema, META_OUTPUT, clean, codePoints, llmOf, unusableReply } from './a-common.js';
+import { LlmMetaSchema, META_OUTPUT, clean, codePoints, llmOf, unusableReply } from './tool-kit.js';
 
 /**
  * one_liner: one line of text in a chosen style. The model writes the line; code flattens it to one

@@ -1,7 +1,7 @@
 import { Decimal } from 'decimal.js';
 import { z } from 'zod';
 import { defineTool, type LlmDataBlock } from '../types.js';
-import { LlmMetaSchema, META_OUTPUT, clean, cleanList, llmOf, unusableReply } from './a-common.js';
+import { LlmMetaSchema, META_OUTPUT, clean, cleanList, llmOf, unusableReply } from './tool-kit.js';
 
 /**
  * price_it: price tiers from the model, unit economics from code. The model proposes tiers (name,

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { defineTool } from '../types.js';
-import { MetaSchema, findVerbatim, llmOf, unusableReply } from './b-common.js';
+import { MetaSchema, findVerbatim, llmOf, unusableReply } from './tool-kit.js';
 
 /**
  * skeptic_pov: an adversarial review of a claim. The model steelmans the claim, then objects, each

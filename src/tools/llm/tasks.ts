@@ -1,5 +1,5 @@
-import type { FoldClusterInput, FoldClusterOutput } from './b-cluster.js';
-import type { PassagesInput, PassagesOutput } from './b-passages.js';
+import type { FoldClusterInput, FoldClusterOutput } from './fold-cluster.js';
+import type { PassagesInput, PassagesOutput } from './plus-passages.js';
 
 /**
  * The llm family's CPU tasks for the sandbox pool (see src/sandbox/tasks.ts): parsing caller-chosen
@@ -17,6 +17,6 @@ const EXT = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
 export const moduleUrl = (path: string) => new URL(`${path}${EXT}`, import.meta.url).href;
 
 export const LLM_TASKS: { [K in keyof LlmTaskTypes]: { module: string; export: string } } = {
-  idea_fold_cluster: { module: moduleUrl('./b-cluster'), export: 'foldClusterTask' },
-  genius_plus_passages: { module: moduleUrl('./b-passages'), export: 'selectPassagesTask' },
+  idea_fold_cluster: { module: moduleUrl('./fold-cluster'), export: 'foldClusterTask' },
+  genius_plus_passages: { module: moduleUrl('./plus-passages'), export: 'selectPassagesTask' },
 };

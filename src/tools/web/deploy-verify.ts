@@ -5,8 +5,8 @@ import { request } from 'undici';
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { defineTool, type ToolContext } from '../types.js';
-import { SecurityHeadersSchema, acquireHostSlot, dnsOf, httpUrlField, securityHeaders, sleep } from './a-common.js';
-import { TlsInfoSchema, tlsInfoOf, type TlsInfo } from './a-tls.js';
+import { SecurityHeadersSchema, acquireHostSlot, dnsOf, httpUrlField, securityHeaders, sleep } from './web-common.js';
+import { TlsInfoSchema, tlsInfoOf, type TlsInfo } from './tls-probe.js';
 import { decodeText, discard, explainFetchError, flatHeaders, MAX_REDIRECTS, readCapped } from './guarded-http.js';
 import { PinnedAgent, vetDestination } from './net-guard.js';
 

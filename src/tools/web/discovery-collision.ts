@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { runTask } from '../../sandbox/tasks.js';
 import { defineTool, type SearchHit } from '../types.js';
-import { guardedHttpOf } from './a-common.js';
+import { guardedHttpOf } from './web-common.js';
 
 /**
  * discovery_collision: does an idea collide with existing work? Queries come from the idea's noun
@@ -95,7 +95,7 @@ export const discoveryCollision = defineTool({
     let done = 0;
     const step = (stage: string, message?: string) => ctx.progress({ stage, done: ++done, total: steps, unit: 'steps', ...(message ? { message } : {}) });
 
-    const { queries, phrases } = await runTask(ctx, 'a_collision_queries', { idea: input.idea, max: input.queries });
+    const { queries, phrases } = await runTask(ctx, 'collision_queries', { idea: input.idea, max: input.queries });
     await step('planning', `${queries.length} queries`);
 
     // Hits in the order found: by query, then rank; a URL found twice keeps its first place.
@@ -147,7 +147,7 @@ export const discoveryCollision = defineTool({
       const page = pages.get(i);
       return page ? [short, `${short}\n${page}`] : [short];
     });
-    const { results } = await runTask(ctx, 'a_collision_score', { idea: input.idea, docs });
+    const { results } = await runTask(ctx, 'collision_score', { idea: input.idea, docs });
     await step('scoring', `${hits.length} results`);
 
     const ranked = hits

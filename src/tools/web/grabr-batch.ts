@@ -2,12 +2,12 @@ import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { defineTool, type ToolContext } from '../types.js';
 import { runTask } from '../../sandbox/tasks.js';
-import { webUrl } from './b-input.js';
-import { fetchPage, isHtml, itemError } from './b-page.js';
+import { webUrl } from './grabr-input.js';
+import { fetchPage, isHtml, itemError } from './grabr-page.js';
 import { normalisePlainText } from './extract.js';
 import { createRobots, type Robots } from './robots.js';
 import { FieldsSchema, scrapePage, ScrapeResultSchema } from './grabr-scrape.js';
-import type { FieldSpec } from './b-html.js';
+import type { FieldSpec } from './scrape-html.js';
 
 /**
  * grabr_batch: many pages in one call. Each URL is read through robots.txt and the guard like the
@@ -73,7 +73,7 @@ async function readOne(ctx: ToolContext, robots: Robots, url: string, mode: 'tex
   if (mode === 'scrape') return { kind: 'scrape', ...(await scrapePage(ctx, robots, url, fields, { textMax: ITEM_TEXT_CHARS, linksMax: ITEM_LINKS, maxResultBytes: ITEM_SCRAPE_BYTES })) };
   const res = await fetchPage(ctx, robots, url, { requireHtml: mode === 'meta' });
   if (mode === 'meta') {
-    const m = await runTask(ctx, 'b_meta', { body: res.body, baseUrl: res.final_url, headerCharset: res.charset });
+    const m = await runTask(ctx, 'page_meta', { body: res.body, baseUrl: res.final_url, headerCharset: res.charset });
     return { kind: 'meta', final_url: res.final_url, status: res.status, ...m, truncated: m.truncated || res.truncated };
   }
   let title: string | null = null;

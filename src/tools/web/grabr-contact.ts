@@ -3,16 +3,16 @@ import { isSupportedCountry } from 'libphonenumber-js';
 import { AppError } from '../../errors.js';
 import { defineTool, type ToolContext } from '../types.js';
 import { runTask } from '../../sandbox/tasks.js';
-import { webUrl } from './b-input.js';
-import { fetchPage, isHtml, itemError } from './b-page.js';
-import type { PostalAddress } from './b-contact.js';
+import { webUrl } from './grabr-input.js';
+import { fetchPage, isHtml, itemError } from './grabr-page.js';
+import type { PostalAddress } from './contact-parse.js';
 import { createRobots } from './robots.js';
 
 /**
  * grabr_contact: the published contact points of a site. Reads the page asked for, then pages on the
  * same site (same host, "www." ignored) that look like contact, about, imprint, legal or team pages,
  * breadth-first in link order, up to max_pages in all. Each page is parsed in the sandbox pool
- * (b-contact.ts: mailto, Cloudflare data-cfemail, "[at]"/"(at)" text, tel: and text phone numbers
+ * (contact-parse.ts: mailto, Cloudflare data-cfemail, "[at]"/"(at)" text, tel: and text phone numbers
  * through libphonenumber-js with `country` as the default region, social profiles, JSON-LD
  * addresses, forms). Every item lists the pages it was found on (`sources`, in crawl order).
  * robots.txt is honoured: the first page disallowed is 403; later pages it disallows are skipped
@@ -120,7 +120,7 @@ async function crawl(input: z.output<typeof Input>, ctx: ToolContext): Promise<C
     seen.add(source);
     pages.push({ url: source, status: res.status, error: null });
     truncated ||= res.truncated;
-    const found = await runTask(ctx, 'b_contact_page', { body: res.body, baseUrl: source, headerCharset: res.charset, country: input.country ?? null });
+    const found = await runTask(ctx, 'contact_page', { body: res.body, baseUrl: source, headerCharset: res.charset, country: input.country ?? null });
     truncated ||= found.truncated;
     for (const value of found.emails) emails.add(value, { value }, source);
     for (const e164 of found.phones) phones.add(e164, { e164 }, source);

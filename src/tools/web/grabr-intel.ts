@@ -3,9 +3,9 @@ import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { runTask } from '../../sandbox/tasks.js';
 import { defineTool, type GuardedResponse, type ToolContext } from '../types.js';
-import { SecurityHeadersSchema, acquireHostSlot, dnsOf, guardedHttpOf, securityHeaders } from './a-common.js';
-import { DmarcSchema, SpfSchema, parseDmarc, parseSpf } from './a-email-auth.js';
-import { probeTls, TlsInfoSchema, type TlsInfo } from './a-tls.js';
+import { SecurityHeadersSchema, acquireHostSlot, dnsOf, guardedHttpOf, securityHeaders } from './web-common.js';
+import { DmarcSchema, SpfSchema, parseDmarc, parseSpf } from './email-auth.js';
+import { probeTls, TlsInfoSchema, type TlsInfo } from './tls-probe.js';
 import { normaliseDomain } from './domain-check.js';
 import { FINGERPRINTS_VERSION } from './fingerprints.js';
 import { vetDestination } from './net-guard.js';
@@ -226,7 +226,7 @@ async function intel(input: Input, ctx: ToolContext): Promise<GrabrIntelOutput> 
       if (failure) unavailable.push({ part: 'robots', reason: failure instanceof Error ? failure.message : String(failure) });
     }
     const home = new URL('/', originUrl).href;
-    const verdict = await runTask(ctx, 'a_robots', { url: robotsUrl, status, text, userAgent: ua, urls: [home] });
+    const verdict = await runTask(ctx, 'intel_robots', { url: robotsUrl, status, text, userAgent: ua, urls: [home] });
     if (status !== null) {
       robots = {
         url: robotsUrl,
@@ -261,7 +261,7 @@ async function intel(input: Input, ctx: ToolContext): Promise<GrabrIntelOutput> 
   let seo: GrabrIntelOutput['seo'] = null;
   let httpPart: GrabrIntelOutput['http'] = null;
   if (page) {
-    const analysed = await runTask(ctx, 'a_intel_page', {
+    const analysed = await runTask(ctx, 'intel_page', {
       body: page.body,
       baseUrl: page.final_url,
       headerCharset: page.charset,

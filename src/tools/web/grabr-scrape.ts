@@ -1,9 +1,9 @@
 import { z } from 'zod';
 import { defineTool, type ToolContext } from '../types.js';
 import { runTask } from '../../sandbox/tasks.js';
-import { webUrl } from './b-input.js';
-import { MAX_FIELDS, MAX_LINKS, MAX_SELECTOR_CHARS, MAX_TEXT_CHARS, selectorError, type FieldSpec, type ScrapeTaskOutput } from './b-html.js';
-import { fetchPage } from './b-page.js';
+import { webUrl } from './grabr-input.js';
+import { MAX_FIELDS, MAX_LINKS, MAX_SELECTOR_CHARS, MAX_TEXT_CHARS, selectorError, type FieldSpec, type ScrapeTaskOutput } from './scrape-html.js';
+import { fetchPage } from './grabr-page.js';
 import { createRobots, type Robots } from './robots.js';
 import { MAX_HTML_DEPTH, MAX_HTML_ELEMENTS } from './extract.js';
 
@@ -78,7 +78,7 @@ export async function scrapePage(
   caps: { textMax: number; linksMax: number; maxResultBytes?: number },
 ): Promise<ScrapeResult> {
   const res = await fetchPage(ctx, robots, url, { requireHtml: true });
-  const out: ScrapeTaskOutput = await runTask(ctx, 'b_scrape', {
+  const out: ScrapeTaskOutput = await runTask(ctx, 'scrape_html', {
     body: res.body,
     baseUrl: res.final_url,
     headerCharset: res.charset,

@@ -2,9 +2,9 @@ import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { defineTool, type ToolContext } from '../types.js';
 import { runTask } from '../../sandbox/tasks.js';
-import { webUrl } from './b-input.js';
-import { itemError } from './b-page.js';
-import { entriesOf, sameSite, siteOf, type SitemapEntry } from './b-sitemap-task.js';
+import { webUrl } from './grabr-input.js';
+import { itemError } from './grabr-page.js';
+import { entriesOf, sameSite, siteOf, type SitemapEntry } from './sitemap-task.js';
 import { assertPageOk, createRobots, grabrFetch } from './robots.js';
 
 /**
@@ -12,7 +12,7 @@ import { assertPageOk, createRobots, grabrFetch } from './robots.js';
  * path ends in .xml or .xml.gz, else the site's robots.txt `Sitemap:` lines (relative ones resolved),
  * and /sitemap.xml when there are none or none of them could be read. Sitemap indexes are followed
  * (depth ≤ MAX_INDEX_DEPTH, ≤ MAX_SITEMAP_FILES files in all). Each file is fetched through robots.txt and the guard (ctx.http decodes Content-Encoding
- * within WEB_FETCH_MAX_BYTES) and handed to the pool (b-sitemap-task.ts): a gzip file is inflated to
+ * within WEB_FETCH_MAX_BYTES) and handed to the pool (sitemap-task.ts): a gzip file is inflated to
  * at most GRABR_SITEMAP_MAX_BYTES, a DOCTYPE/ENTITY declaration is refused, and only entries on the
  * same registrable domain (tldts; the same host for IP addresses) are kept.
  */
@@ -132,7 +132,7 @@ async function flatten(input: z.output<typeof Input>, ctx: ToolContext): Promise
       let skip = 0;
       for (;;) {
         const take = Math.max(0, input.max_urls - urls.length);
-        const out = await runTask(ctx, 'b_sitemap', {
+        const out = await runTask(ctx, 'sitemap_file', {
           body: res.body,
           maxBytes: ctx.config.GRABR_SITEMAP_MAX_BYTES,
           siteHost,

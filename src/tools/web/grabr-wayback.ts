@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { runTask } from '../../sandbox/tasks.js';
 import { defineTool, type ToolContext } from '../types.js';
-import { httpUrlField } from './a-common.js';
+import { httpUrlField } from './web-common.js';
 import { normalisePlainText } from './extract.js';
 
 /**

@@ -11,7 +11,7 @@ import type { GuardedResponse, ToolContext } from '../types.js';
  * ctx.http (SSRF guard, redirects followed and re-vetted, at most ROBOTS_MAX_BYTES read);
  * an answer in 4xx (404...) means everything is allowed; 5xx means nothing is (the site is
  * "unreachable", RFC 9309 §2.3.1.4); a network failure fails the request like any fetch would.
- * Rules are parsed and matched by robots-parser in the sandbox pool (b-robots-task.ts).
+ * Rules are parsed and matched by robots-parser in the sandbox pool (robots-task.ts).
  */
 
 /** robots.txt is read up to 500 KiB, as RFC 9309 §2.5 allows (and Google does). */
@@ -65,7 +65,7 @@ export function createRobots(ctx: ToolContext, tool: string): Robots {
       if (file.policy !== 'rules') {
         for (const i of idx) out[i] = file.policy === 'allow_all';
       } else {
-        const r = await runTask(ctx, 'b_robots_check', {
+        const r = await runTask(ctx, 'robots_check', {
           robotsUrl: file.robotsUrl,
           text: file.text,
           userAgent: ctx.config.GRABR_USER_AGENT,
@@ -94,7 +94,7 @@ export function createRobots(ctx: ToolContext, tool: string): Robots {
     sitemaps: async (url) => {
       const file = await fileFor(new URL(url).origin);
       if (file.policy !== 'rules') return [];
-      const r = await runTask(ctx, 'b_robots_check', { robotsUrl: file.robotsUrl, text: file.text, userAgent: ctx.config.GRABR_USER_AGENT, urls: [] });
+      const r = await runTask(ctx, 'robots_check', { robotsUrl: file.robotsUrl, text: file.text, userAgent: ctx.config.GRABR_USER_AGENT, urls: [] });
       return r.sitemaps;
     },
   };

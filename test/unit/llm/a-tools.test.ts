@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { AppError } from '../../../src/errors.js';
-import { jaccard, mdText, wordSet } from '../../../src/tools/llm/a-common.js';
-import { llmToolsA } from '../../../src/tools/llm/group-a.js';
+import { jaccard, mdText, wordSet } from '../../../src/tools/llm/tool-kit.js';
+import { llmTools } from '../../../src/tools/llm/index.js';
 import { HintsPlusModelSchema, TRIED_JACCARD, buildLadder, hintsPlus } from '../../../src/tools/llm/hints-plus.js';
 import { IntentToSpecOutput, buildSpec, intentToSpec } from '../../../src/tools/llm/intent-to-spec.js';
 import { DOMAIN_NOTE, domainLabel, nameIt, pickNames, probeDomain } from '../../../src/tools/llm/name-it.js';
@@ -13,6 +13,9 @@ import type { AnyTool, ToolContext, ToolDns } from '../../../src/tools/types.js'
 import { startFakeDns, type FakeDnsServer } from '../../helpers/dns-server.js';
 import { dataBlocksOf, startFakeOpenAI, type FakeOpenAI } from '../../helpers/fake-openai.js';
 import { makeToolContext } from '../../helpers/tool-context.js';
+
+/** The tools under test here, from the family's registry. */
+const llmToolsA = llmTools.filter((t) => ['intent_to_spec', 'hints_plus', 'one_liner', 'name_it', 'price_it'].includes(t.name));
 
 let fake: FakeOpenAI;
 let dnsServer: FakeDnsServer;

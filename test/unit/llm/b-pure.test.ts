@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { averageLinkage, foldClusterTask, similarityMatrix } from '../../../src/tools/llm/b-cluster.js';
-import { findVerbatim, jaccard, mapSettled, mergeMeta, stems } from '../../../src/tools/llm/b-common.js';
-import { chunkSpans, selectPassagesTask } from '../../../src/tools/llm/b-passages.js';
+import { averageLinkage, foldClusterTask, similarityMatrix } from '../../../src/tools/llm/fold-cluster.js';
+import { findVerbatim, jaccard, mapSettled, mergeMeta, stems } from '../../../src/tools/llm/tool-kit.js';
+import { chunkSpans, selectPassagesTask } from '../../../src/tools/llm/plus-passages.js';
 import { consensusOf } from '../../../src/tools/llm/hints-parade.js';
 import { countTokensA } from '../../../src/tools/text/tokens-a.js';
 import { runTaskInline } from '../../../src/sandbox/tasks.js';

@@ -2,7 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { AppError } from '../../../src/errors.js';
-import { llmToolsB } from '../../../src/tools/llm/group-b.js';
+import { llmTools } from '../../../src/tools/llm/index.js';
 import { createLlm } from '../../../src/tools/llm/structured.js';
 import { createGuardedHttp } from '../../../src/tools/web/guarded-http.js';
 import { createResolver } from '../../../src/tools/web/resolver.js';
@@ -12,6 +12,9 @@ import { dataBlocksOf, startFakeOpenAI, type FakeOpenAI } from '../../helpers/fa
 import { startFakeSearxng, type FakeSearxng } from '../../helpers/fake-searxng.js';
 import { makeToolContext } from '../../helpers/tool-context.js';
 import { countTokensA } from '../../../src/tools/text/tokens-a.js';
+
+/** The tools under test here, from the family's registry. */
+const llmToolsB = llmTools.filter((t) => ['mind_opener', 'idea_fold', 'hints_parade', 'genius_plus', 'skeptic_pov'].includes(t.name));
 
 /**
  * The five group-B handlers called directly against the fake OpenAI-compatible upstream (replies

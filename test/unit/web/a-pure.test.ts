@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { porterStem } from '../../../src/tools/web/a-stem.js';
-import { parseDmarc, parseSpf } from '../../../src/tools/web/a-email-auth.js';
-import { collisionQueriesTask, collisionScoreTask, nounPhrases } from '../../../src/tools/web/a-collision-nlp.js';
-import { intelPageTask, matchFingerprints } from '../../../src/tools/web/a-intel-page.js';
-import { robotsTask } from '../../../src/tools/web/a-robots.js';
+import { porterStem } from '../../../src/tools/web/stem.js';
+import { parseDmarc, parseSpf } from '../../../src/tools/web/email-auth.js';
+import { collisionQueriesTask, collisionScoreTask, nounPhrases } from '../../../src/tools/web/collision-nlp.js';
+import { intelPageTask, matchFingerprints } from '../../../src/tools/web/intel-page.js';
+import { robotsTask } from '../../../src/tools/web/intel-robots.js';
 import { FINGERPRINTS, FINGERPRINTS_VERSION } from '../../../src/tools/web/fingerprints.js';
 import { cdxQuery, parseCdxRows } from '../../../src/tools/web/grabr-wayback.js';
 import { evaluate } from '../../../src/tools/web/deploy-verify.js';
@@ -259,7 +259,9 @@ describe('deploy_verify checks', () => {
 
 describe('inputs', () => {
   it('are plain object schemas whose q field is described', async () => {
-    const { webToolsA } = await import('../../../src/tools/web/group-a.js');
+    const webToolsA = (await import('../../../src/tools/web/index.js')).webTools.filter((t) =>
+      ['web_search', 'deploy_verify', 'discovery_collision', 'grabr_intel', 'grabr_wayback'].includes(t.name),
+    );
     const { z } = await import('zod');
     for (const tool of webToolsA) {
       expect(tool.input, tool.name).toBeInstanceOf(z.ZodObject);
@@ -269,7 +271,9 @@ describe('inputs', () => {
   });
 
   it('parse to values that parse to themselves (the service parses at admission and again in the worker)', async () => {
-    const { webToolsA } = await import('../../../src/tools/web/group-a.js');
+    const webToolsA = (await import('../../../src/tools/web/index.js')).webTools.filter((t) =>
+      ['web_search', 'deploy_verify', 'discovery_collision', 'grabr_intel', 'grabr_wayback'].includes(t.name),
+    );
     const extra: Record<string, unknown[]> = {
       grabr_intel: [{ domain: 'HTTPS://Bücher.example:8443/path?q=1' }, { domain: 'Example.COM.' }],
       deploy_verify: [{ url: 'example.com/health#top' }],

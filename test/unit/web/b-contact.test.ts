@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { cleanEmail, contactPageTask, decodeCfEmail, emailsInText, toE164 } from '../../../src/tools/web/b-contact.js';
+import { cleanEmail, contactPageTask, decodeCfEmail, emailsInText, toE164 } from '../../../src/tools/web/contact-parse.js';
 
 const cf = (key: number, email: string) => key.toString(16).padStart(2, '0') + Buffer.from(Buffer.from(email).map((b) => b ^ key)).toString('hex');
 const page = (html: string, country: string | null = null) =>

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { metaTask, MAX_VALUES_PER_FIELD, scrapeTask, selectorError, type FieldSpec } from '../../../src/tools/web/b-html.js';
+import { metaTask, MAX_VALUES_PER_FIELD, scrapeTask, selectorError, type FieldSpec } from '../../../src/tools/web/scrape-html.js';
 import { AppError } from '../../../src/errors.js';
 
 const scrape = (html: string | Buffer, fields: Record<string, FieldSpec> = {}, caps = { textMax: 100_000, linksMax: 500, maxResultBytes: 900_000 }) =>

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AppError } from '../../../src/errors.js';
 import { createRobots, grabrFetch } from '../../../src/tools/web/robots.js';
-import { robotsCheckTask } from '../../../src/tools/web/b-robots-task.js';
+import { robotsCheckTask } from '../../../src/tools/web/robots-task.js';
 import { startFixtureSite, type FixtureSite } from '../../helpers/fixture-site.js';
 import { makeToolContext } from '../../helpers/tool-context.js';
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { gzipSync } from 'node:zlib';
 import { AppError } from '../../../src/errors.js';
-import { entriesOf, sameSite, siteOf, sitemapTask, type SitemapTaskInput } from '../../../src/tools/web/b-sitemap-task.js';
+import { entriesOf, sameSite, siteOf, sitemapTask, type SitemapTaskInput } from '../../../src/tools/web/sitemap-task.js';
 
 const base = (body: string | Buffer, over: Partial<SitemapTaskInput> = {}): SitemapTaskInput => ({
   body: typeof body === 'string' ? Buffer.from(body) : body,

@@ -3,7 +3,7 @@ import { FINGERPRINTS, FINGERPRINTS_VERSION, type Fingerprint } from './fingerpr
 import { htmlCapOffset } from './extract.js';
 
 /**
- * grabr_intel's pool task (tasks-a.ts `a_intel_page`): the home page's SEO basics and the technology
+ * grabr_intel's pool task (tasks.ts `intel_page`): the home page's SEO basics and the technology
  * fingerprints matched against its headers, cookies and markup. Runs in a sandbox thread: the markup
  * is a stranger's. The module loads without side effects.
  */

