@@ -1,5 +1,5 @@
 import type { ExtractHtmlInput, ExtractHtmlOutput } from '../tools/web/extract.js';
-import type { CviRoundInput, CviRoundOutput } from '../tools/text/cvi-b.js';
+import type { CviRoundInput, CviRoundOutput } from '../tools/text/cvi-core.js';
 import { WEB_TASKS, type WebTaskTypes } from '../tools/web/tasks.js';
 import { MEDIA_TASKS, type MediaTaskTypes } from '../tools/media/tasks.js';
 import { LLM_TASKS, type LlmTaskTypes } from '../tools/llm/tasks.js';
@@ -27,7 +27,7 @@ const moduleUrl = (path: string) => new URL(`${path}${EXT}`, import.meta.url).hr
 
 export const TASKS: Record<TaskName, { module: string; export: string }> = {
   extract_html: { module: moduleUrl('../tools/web/extract'), export: 'extractHtmlTask' },
-  cvi_round: { module: moduleUrl('../tools/text/cvi-b'), export: 'cviRoundTask' },
+  cvi_round: { module: moduleUrl('../tools/text/cvi-core'), export: 'cviRoundTask' },
   ...WEB_TASKS,
   ...MEDIA_TASKS,
   ...LLM_TASKS,

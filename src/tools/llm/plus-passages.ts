@@ -1,6 +1,6 @@
-import { bm25 } from '../text/rank-a.js';
-import { splitSentences } from '../text/text-a.js';
-import { countTokensA } from '../text/tokens-a.js';
+import { bm25 } from '../text/bm25.js';
+import { splitSentences } from '../text/text-kit.js';
+import { countTokensA } from '../text/tiktoken-count.js';
 
 /**
  * genius_plus's passage selection, a sandbox-pool task (tasks.ts: `genius_plus_passages`): the pages

@@ -3,7 +3,7 @@ import type { MathNode } from 'mathjs';
 import { defineTool } from '../types.js';
 import {
   BcalcInput, ROUNDINGS, asInputError, decimalString, finalResult, formatValue, isDecimal, prepare, type BcalcInputT, type Engine, type Prepared,
-} from './decimal-a.js';
+} from './decimal-engine.js';
 
 /**
  * bcalc_why: bcalc with every step shown. The steps come from a walk of the expression's syntax

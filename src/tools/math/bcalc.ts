@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { defineTool } from '../types.js';
-import { BcalcInput, ScheduleRow, ROUNDINGS, asInputError, finalResult, lastValue, prepare, MAX_EXPRESSION, type BcalcInputT } from './decimal-a.js';
+import { BcalcInput, ScheduleRow, ROUNDINGS, asInputError, finalResult, lastValue, prepare, MAX_EXPRESSION, type BcalcInputT } from './decimal-engine.js';
 
 /**
  * bcalc: an exact decimal business calculator. mathjs on BigNumber (decimal.js), so 0.1 + 0.2 is

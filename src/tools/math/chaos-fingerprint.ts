@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { defineTool } from '../types.js';
-import { checkAborted, linearFit, sig } from './stats-b.js';
+import { checkAborted, linearFit, sig } from './stats.js';
 
 /**
  * chaos_fingerprint: nonlinear measures of one series, hand-written (no maintained npm library).

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { defineTool } from '../types.js';
-import { checkAborted, sig } from './stats-b.js';
-import { bad, MAX_TASKS, parseCargoLock, parsePackageLock, parsePnpmLock, parseTasks, type ParsedGraph } from './lockfiles-b.js';
+import { checkAborted, sig } from './stats.js';
+import { bad, MAX_TASKS, parseCargoLock, parsePackageLock, parsePnpmLock, parseTasks, type ParsedGraph } from './lockfiles.js';
 
 /**
  * magnum_dependency_dag: the dependency graph of a task list or a lockfile.

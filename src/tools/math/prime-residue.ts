@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { defineTool } from '../types.js';
-import { checkAborted, chiSquaredP, sig } from './stats-b.js';
+import { checkAborted, chiSquaredP, sig } from './stats.js';
 
 /**
  * prime_residue: primes up to n (≤ 10^8) counted over the residue classes of a modulus, with a

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import FFT from 'fft.js';
 import { AppError } from '../../errors.js';
 import { defineTool } from '../types.js';
-import { checkAborted, sig } from './stats-b.js';
+import { checkAborted, sig } from './stats.js';
 
 /**
  * resonance: the dominant periodicities of a series. The series is detrended, windowed (Hann by

@@ -1,6 +1,6 @@
 import nlp from 'compromise';
-import { splitSentences, words, STOP_WORDS } from '../text/text-a.js';
-import { textRank } from '../text/rank-a.js';
+import { splitSentences, words, STOP_WORDS } from '../text/text-kit.js';
+import { textRank } from '../text/bm25.js';
 import { descriptionChapters } from './parse.js';
 
 /**

@@ -2,14 +2,14 @@ import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { defineTool } from '../types.js';
 import type { ExactEncoding } from './tokens.js';
-import { countTokensA as countTokens } from './tokens-a.js';
-import { EncodingField, MAX_TEXT_CHARS, splitSentences, type Span } from './text-a.js';
-import { bm25, textRank } from './rank-a.js';
+import { countTokensA as countTokens } from './tiktoken-count.js';
+import { EncodingField, MAX_TEXT_CHARS, splitSentences, type Span } from './text-kit.js';
+import { bm25, textRank } from './bm25.js';
 import { largeMarkdown } from './beacon-scan.js';
 
 /**
  * beacon_compress: extractive compression to a token budget. The text is split into sentences
- * (text-a.ts), each scored by BM25+ against `query` (ties and non-matching sentences by TextRank), or
+ * (text-kit.ts), each scored by BM25+ against `query` (ties and non-matching sentences by TextRank), or
  * by TextRank alone without a query (or when no query term occurs). Sentences are taken best first
  * while they fit, then written out in document order: consecutive kept sentences keep the original
  * text between them, others are joined by a new line (when one separated them) or a space. The

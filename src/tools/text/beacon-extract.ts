@@ -3,8 +3,8 @@ import { z } from 'zod';
 import nlp from 'compromise';
 import { findPhoneNumbersInText, type CountryCode } from 'libphonenumber-js';
 import { defineTool } from '../types.js';
-import { MAX_TEXT_CHARS, splitSentences } from './text-a.js';
-import { largeReportA } from './data-a.js';
+import { MAX_TEXT_CHARS, splitSentences } from './text-kit.js';
+import { largeReportA } from './worst-cases.js';
 
 /**
  * beacon_extract: entities with offsets, found by rules (regular expressions, libphonenumber-js for

@@ -1,9 +1,9 @@
 import { z } from 'zod';
 import { defineTool } from '../types.js';
-import { countTokensA as countTokens } from './tokens-a.js';
-import { EncodingField, MAX_TEXT_CHARS, round } from './text-a.js';
-import { bm25, codeTerms } from './rank-a.js';
-import { largeReportA } from './data-a.js';
+import { countTokensA as countTokens } from './tiktoken-count.js';
+import { EncodingField, MAX_TEXT_CHARS, round } from './text-kit.js';
+import { bm25, codeTerms } from './bm25.js';
+import { largeReportA } from './worst-cases.js';
 
 /**
  * beacon_focus: the passages of code, logs or documents that matter for a query, within a token budget.

@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { defineTool } from '../types.js';
-import { countTokensA as countTokens } from './tokens-a.js';
-import { MAX_TEXT_CHARS, round, splitSentences, words } from './text-a.js';
-import { bm25 } from './rank-a.js';
+import { countTokensA as countTokens } from './tiktoken-count.js';
+import { MAX_TEXT_CHARS, round, splitSentences, words } from './text-kit.js';
+import { bm25 } from './bm25.js';
 import { largeMarkdown } from './beacon-scan.js';
 
 /**

@@ -1,12 +1,12 @@
 import { z } from 'zod';
 import { defineTool } from '../types.js';
 import { tokenCount, type ExactEncoding } from './tokens.js';
-import { countTokensA } from './tokens-a.js';
-import { MAX_TEXT_CHARS } from './text-a.js';
+import { countTokensA } from './tiktoken-count.js';
+import { MAX_TEXT_CHARS } from './text-kit.js';
 
 /**
  * beacon_scan: a token census of a text and a map of its sections. The two exact encodings are
- * js-tiktoken's counts (through tokens-a.ts: same counts, special-token spellings counted as text, long
+ * js-tiktoken's counts (through tiktoken-count.ts: same counts, special-token spellings counted as text, long
  * runs merged in O(n log n)); any other encoding name is a chars/4 estimate, labelled so.
  * Sections are Markdown headings (ATX `#` and setext `===`/`---` underlines, not inside ``` fences);
  * text before the first heading is a section with heading null. Offsets are JavaScript string indices

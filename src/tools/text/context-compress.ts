@@ -5,7 +5,7 @@ import { bigConversation } from './context-health.js';
 import {
   checkSignal, conversationFields, conversationOf, conversationTokens, lastUserIndex, messageTokens, MessageOut, refineConversation,
   sentences, tokensOf, truncateTokens, type Message,
-} from './conversation-b.js';
+} from './conversation.js';
 
 /**
  * context_compress: a conversation shrunk to budget_tokens (o200k_base + 4 per message, as

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { defineTool } from '../types.js';
 import { bigConversation } from './context-health.js';
-import { checkSignal, conversationFields, conversationOf, refineConversation, ROLES, sentences, type Message } from './conversation-b.js';
+import { checkSignal, conversationFields, conversationOf, refineConversation, ROLES, sentences, type Message } from './conversation.js';
 
 /**
  * context_extract: decisions, todos, open questions, constraints and artifacts quoted from a

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { defineTool } from '../types.js';
 import {
   checkSignal, conversationFields, conversationOf, messageTokens, refineConversation, ROLES, toolNameOf, type Message,
-} from './conversation-b.js';
+} from './conversation.js';
 
 /**
  * context_health: where a conversation's tokens go and what to do about it. Counts are o200k_base

@@ -3,7 +3,7 @@ import { franc } from 'franc-min';
 import Sentiment from 'sentiment';
 import { defineTool } from '../types.js';
 import { bigConversation } from './context-health.js';
-import { checkSignal, conversationFields, conversationOf, refineConversation, type Message } from './conversation-b.js';
+import { checkSignal, conversationFields, conversationOf, refineConversation, type Message } from './conversation.js';
 
 /**
  * conversation_diagnostic: failure patterns in a conversation, each with the message indices it rests

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { runTask } from '../../sandbox/tasks.js';
 import { defineTool } from '../types.js';
-import { ClaimResult, MAX_SOURCES, normaliseSources, SourceSchema, type Source } from './cvi-b.js';
+import { ClaimResult, MAX_SOURCES, normaliseSources, SourceSchema, type Source } from './cvi-core.js';
 
 /**
  * cvi_loop: verification rounds over a draft's revisions. The first call (no loop_id) starts a loop

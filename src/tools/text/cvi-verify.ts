@@ -4,10 +4,10 @@ import { defineTool, type ToolContext } from '../types.js';
 import { runTask } from '../../sandbox/tasks.js';
 import {
   ClaimResult, claimsOf, MAX_CLAIM_CHARS, MAX_CLAIMS, MAX_SOURCES, MAX_TEXT_CHARS, normaliseSources, SourceSchema, summarise, verifyAll, type Source,
-} from './cvi-b.js';
+} from './cvi-core.js';
 
 /**
- * cvi_verify: claims checked against sources, lexically (see cvi-b.ts for the method and thresholds).
+ * cvi_verify: claims checked against sources, lexically (see cvi-core.ts for the method and thresholds).
  * q fills `text`: its sentences are the claims; when `sources` is not given, `text` carries them too,
  * separated by lines of "---" (claims first, then one source per part), so a bare q works:
  * "Revenue grew 12%.\n---\nRevenue grew 15% in 2023.". `urls` (at most 5) are read through the guarded

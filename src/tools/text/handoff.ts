@@ -3,7 +3,7 @@ import { AppError } from '../../errors.js';
 import { defineTool } from '../types.js';
 import { bigConversation } from './context-health.js';
 import { extractItems, type ExtractItem } from './context-extract.js';
-import { checkSignal, conversationFields, conversationOf, refineConversation, ROLES, tokensOf, truncateTokens, type Message } from './conversation-b.js';
+import { checkSignal, conversationFields, conversationOf, refineConversation, ROLES, tokensOf, truncateTokens, type Message } from './conversation.js';
 
 /**
  * handoff: a brief another agent can continue from, within budget_tokens (o200k_base count of

@@ -3,7 +3,7 @@ import Sentiment from 'sentiment';
 import { franc } from 'franc-min';
 import { syllable } from 'syllable';
 import { defineTool } from '../types.js';
-import { round, splitSentences, words } from './text-a.js';
+import { round, splitSentences, words } from './text-kit.js';
 
 /**
  * quick_vibe: a deterministic tone read of a text (no model). Every figure is computed from the text:
@@ -23,7 +23,7 @@ import { round, splitSentences, words } from './text-a.js';
  *   (therefore, however, regarding... ×30) + 0.2 × (mean word length − 4) / 2.5, each capped at 1.
  * - readability: Flesch reading ease 206.835 − 1.015 (words/sentences) − 84.6 (syllables/words) and
  *   Flesch–Kincaid grade 0.39 (words/sentences) + 11.8 (syllables/words) − 15.59; syllables by `syllable`,
- *   sentences by the regex splitter in text-a.ts. English formulas: other languages get rough figures.
+ *   sentences by the regex splitter in text-kit.ts. English formulas: other languages get rough figures.
  * - language: ISO 639-3 code from franc-min (82 languages); "und" when the text is too short to tell.
  * Limits: sarcasm, irony and domain words (e.g. "sick" as praise) are read literally.
  */

@@ -1,5 +1,5 @@
 import { getEncoding, type Tiktoken } from 'js-tiktoken';
-import { countTokensA } from './tokens-a.js';
+import { countTokensA } from './tiktoken-count.js';
 
 /**
  * Token counts for the text tools. o200k_base (GPT-4o and later) and cl100k_base (GPT-4, GPT-3.5) are
@@ -21,7 +21,7 @@ export function encoder(encoding: ExactEncoding = 'o200k_base'): Tiktoken {
 }
 
 /**
- * Exact counts through tokens-a.ts's counter: js-tiktoken's own `encode(text)` throws on special-token
+ * Exact counts through tiktoken-count.ts's counter: js-tiktoken's own `encode(text)` throws on special-token
  * spellings in caller text and merges long runs without spaces in quadratic time.
  */
 export function countTokens(text: string, encoding: ExactEncoding = 'o200k_base', signal?: AbortSignal): number {

@@ -3,7 +3,7 @@ import { averageLinkage, foldClusterTask, similarityMatrix } from '../../../src/
 import { findVerbatim, jaccard, mapSettled, mergeMeta, stems } from '../../../src/tools/llm/tool-kit.js';
 import { chunkSpans, selectPassagesTask } from '../../../src/tools/llm/plus-passages.js';
 import { consensusOf } from '../../../src/tools/llm/hints-parade.js';
-import { countTokensA } from '../../../src/tools/text/tokens-a.js';
+import { countTokensA } from '../../../src/tools/text/tiktoken-count.js';
 import { runTaskInline } from '../../../src/sandbox/tasks.js';
 
 /** The pure parts of llm group B: clustering, consensus, verbatim matching, passage selection. */

@@ -11,7 +11,7 @@ import type { AnyTool, ToolContext } from '../../../src/tools/types.js';
 import { dataBlocksOf, startFakeOpenAI, type FakeOpenAI } from '../../helpers/fake-openai.js';
 import { startFakeSearxng, type FakeSearxng } from '../../helpers/fake-searxng.js';
 import { makeToolContext } from '../../helpers/tool-context.js';
-import { countTokensA } from '../../../src/tools/text/tokens-a.js';
+import { countTokensA } from '../../../src/tools/text/tiktoken-count.js';
 
 /** The tools under test here, from the family's registry. */
 const llmToolsB = llmTools.filter((t) => ['mind_opener', 'idea_fold', 'hints_parade', 'genius_plus', 'skeptic_pov'].includes(t.name));

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { dependencyDag } from '../../../src/tools/math/dependency-dag.js';
-import { parseYamlSubset } from '../../../src/tools/math/lockfiles-b.js';
+import { parseYamlSubset } from '../../../src/tools/math/lockfiles.js';
 import { makeToolContext } from '../../helpers/tool-context.js';
 
 const run = async (input: unknown) => {

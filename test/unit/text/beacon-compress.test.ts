@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { getEncoding } from 'js-tiktoken';
 import { beaconCompress } from '../../../src/tools/text/beacon-compress.js';
-import { splitSentences } from '../../../src/tools/text/text-a.js';
+import { splitSentences } from '../../../src/tools/text/text-kit.js';
 import { makeToolContext } from '../../helpers/tool-context.js';
 
 const enc = { o200k_base: getEncoding('o200k_base'), cl100k_base: getEncoding('cl100k_base') };

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { getEncoding } from 'js-tiktoken';
 import { beaconFocus } from '../../../src/tools/text/beacon-focus.js';
-import { codeTerms } from '../../../src/tools/text/rank-a.js';
+import { codeTerms } from '../../../src/tools/text/bm25.js';
 import { makeToolContext } from '../../helpers/tool-context.js';
 
 const o200k = getEncoding('o200k_base');

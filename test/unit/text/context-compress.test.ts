@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { contextCompress } from '../../../src/tools/text/context-compress.js';
-import { conversationTokens, lastUserIndex, messageTokens, type Message } from '../../../src/tools/text/conversation-b.js';
+import { conversationTokens, lastUserIndex, messageTokens, type Message } from '../../../src/tools/text/conversation.js';
 import { AppError } from '../../../src/errors.js';
 import { makeToolContext } from '../../helpers/tool-context.js';
 import { conversationArb, isValidChat } from './conversations-b.js';

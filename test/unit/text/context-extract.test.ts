@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { contextExtract } from '../../../src/tools/text/context-extract.js';
-import { conversationOf } from '../../../src/tools/text/conversation-b.js';
+import { conversationOf } from '../../../src/tools/text/conversation.js';
 import { makeToolContext } from '../../helpers/tool-context.js';
 import { conversationArb } from './conversations-b.js';
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { contextHealth } from '../../../src/tools/text/context-health.js';
-import { conversationTokens } from '../../../src/tools/text/conversation-b.js';
+import { conversationTokens } from '../../../src/tools/text/conversation.js';
 import { makeToolContext } from '../../helpers/tool-context.js';
 import { conversationArb } from './conversations-b.js';
 

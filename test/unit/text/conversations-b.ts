@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import type { Message } from '../../../src/tools/text/conversation-b.js';
+import type { Message } from '../../../src/tools/text/conversation.js';
 
 /** Valid chat conversations: a system message, then turns of user / assistant (with answered tool calls). */
 const text = fc.oneof(

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { getEncoding } from 'js-tiktoken';
-import { countTokensA } from '../../../src/tools/text/tokens-a.js';
+import { countTokensA } from '../../../src/tools/text/tiktoken-count.js';
 
 const enc = { o200k_base: getEncoding('o200k_base'), cl100k_base: getEncoding('cl100k_base') };
 

@@ -1,5 +1,5 @@
 import MiniSearch from 'minisearch';
-import { STOP_WORDS, terms } from './text-a.js';
+import { STOP_WORDS, terms } from './text-kit.js';
 
 /**
  * Scoring helpers of text group A: BM25+ over a list of passages (MiniSearch, exact term matching,

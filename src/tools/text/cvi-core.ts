@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
-import { sentences, terms, words, type Span } from './conversation-b.js';
+import { sentences, terms, words, type Span } from './conversation.js';
 
 /**
  * Claim–Verify–Iterate core (cvi_verify, and cvi_loop's rounds through the `cvi_round` sandbox task):

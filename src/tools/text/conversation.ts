@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
-import { countTokensA } from './tokens-a.js';
+import { countTokensA } from './tiktoken-count.js';
 
 /**
  * Conversations for the context_* tools, conversation_diagnostic and handoff: `messages` in the
@@ -137,7 +137,7 @@ export function conversationOf(input: ConversationInput): Message[] {
 }
 
 /**
- * o200k_base tokens of a text, exact: group A's counter (tokens-a.ts), which gives js-tiktoken's
+ * o200k_base tokens of a text, exact: group A's counter (tiktoken-count.ts), which gives js-tiktoken's
  * counts without its failure modes on caller text (special-token spellings such as <|endoftext|>
  * throw there; long letter runs take quadratic time).
  */
