@@ -1,4 +1,4 @@
-/** The baseline's worker: a bare BullMQ worker whose processor does nothing. */
+/** The baseline's and the anchor's worker: a bare BullMQ worker whose processor does nothing. */
 import { Worker } from 'bullmq';
 
 const [queue, prefix, concurrency] = process.argv.slice(2);

@@ -1,16 +1,25 @@
 /**
- * npm run bench: the service's sync path against a bare BullMQ round trip, measured in one run on
- * the same Redis. Prints req/s, p50 and p99 per concurrency level and the service/baseline ratio.
+ * npm run bench (issue #20): the service's sync path against a fair anchor, measured in one run on the
+ * same Redis, alternating A B A B A B.
  *
- * Service: `POST /tools/compute` over HTTP on one hot account (a real 2-cent charge per call), the
- * API and inline workers in a child process like `npm start`. Baseline: Queue.add + waitUntilFinished
- * with a no-op worker in a child process.
+ * - Service: `POST /tools/compute` over HTTP on one hot account (auth, rate limit, credit hold, queue,
+ *   a real 2-cent Postgres debit per call), API and inline workers in one child process like `npm start`,
+ *   on BENCH_PORT + 1.
+ * - Anchor: the same Fastify server shape (bench/anchor-server.ts) doing only `Queue.add` +
+ *   `job.waitUntilFinished(QueueEvents)`, with a no-op BullMQ worker in its own process at the core
+ *   family's concurrency, on BENCH_PORT (default 18080).
+ * - Bare baseline (second reference): Queue.add + waitUntilFinished from this process, no HTTP.
+ *
+ * Prints medians of req/s, p50, p99 at 1, 10 and 50 in flight, the service/anchor ratio at 50 (goal
+ * >= 0.90), p50 at 1 (goal <= 5 ms), a chain of three against one call (goal <= 3x), the service's RSS
+ * before and after BENCH_MEMORY_CALLS calls (default 100000), a split-process run, what isolation costs
+ * (BENCH_ISOLATION=0 skips it) and the tools' worst cases. Cleans up its accounts and Redis keys.
  */
-import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { fork } from 'node:child_process';
 import { once } from 'node:events';
 import { randomBytes } from 'node:crypto';
-import { Pool } from 'undici';
 import { Queue, QueueEvents } from 'bullmq';
+import { Redis as IORedis } from 'ioredis';
 import { loadConfig } from '../src/config.js';
 import { openPool } from '../src/db/pool.js';
 import { AccountsRepo } from '../src/db/accounts-repo.js';
@@ -19,192 +28,245 @@ import { CreditReservations } from '../src/money/holds.js';
 import { AdminService } from '../src/services/admin.js';
 import { checkServices, runMigrations, makeLogger } from '../src/bootstrap.js';
 import { toolLimitRows } from './tool-limits.js';
+import { protocolBench } from './protocol.js';
+import {
+  assertPortFree,
+  benchPorts,
+  children,
+  deleteAccounts,
+  drive,
+  fmt,
+  median,
+  poster,
+  rssMiB,
+  startAnchor,
+  startService,
+  sweepKeys,
+  type Running,
+  type Stats,
+} from './common.js';
 
 const LEVELS = [1, 10, 50];
-const children: ChildProcess[] = [];
-process.on('exit', () => {
-  for (const c of children) c.kill('SIGKILL');
-});
-const COUNT: Record<number, number> = { 1: 400, 10: 2000, 50: 4000 };
+// BENCH_SCALE (default 1) scales every run's call count, for a quick smoke run (e.g. 0.05).
+const SCALE = Number(process.env.BENCH_SCALE ?? 1);
+const COUNT: Record<number, number> = { 1: Math.ceil(300 * SCALE), 10: Math.ceil(1500 * SCALE), 50: Math.ceil(3000 * SCALE) };
+const ROUNDS = 3;
 // Calls before measuring: processes started with tsx compile and JIT-warm for the first seconds.
-const WARMUP = 1500;
+const WARMUP = Math.ceil(1500 * SCALE);
+const MEMORY_CALLS = Number(process.env.BENCH_MEMORY_CALLS ?? 100_000);
+const ISOLATION = process.env.BENCH_ISOLATION !== '0';
 
-interface Stats { rps: number; p50: number; p99: number; n: number }
-
-function stats(latencies: number[], wallMs: number): Stats {
-  const s = [...latencies].sort((a, b) => a - b);
-  const pick = (q: number) => s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
-  return { rps: (latencies.length / wallMs) * 1000, p50: pick(0.5), p99: pick(0.99), n: latencies.length };
-}
-
-/** Runs `total` operations with `inFlight` at a time; returns per-op latencies and wall time. */
-async function drive(inFlight: number, total: number, op: (i: number) => Promise<void>): Promise<Stats> {
-  const latencies: number[] = [];
-  let next = 0;
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: inFlight }, async () => {
-      while (next < total) {
-        const i = next++;
-        const s = performance.now();
-        await op(i);
-        latencies.push(performance.now() - s);
-      }
-    }),
-  );
-  return stats(latencies, performance.now() - t0);
-}
-
-const fmt = (s: Stats) => `${s.rps.toFixed(0).padStart(6)} req/s  p50 ${s.p50.toFixed(2).padStart(6)} ms  p99 ${s.p99.toFixed(2).padStart(7)} ms`;
+const log = (s: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${s}\n`);
 
 async function main() {
+  const t0 = Date.now();
+  const ports = benchPorts();
+  await assertPortFree(ports.anchor, 'anchor');
+  await assertPortFree(ports.service, 'service');
   const prefix = `bench${randomBytes(3).toString('hex')}`;
   const config = loadConfig(process.env, { REDIS_PREFIX: prefix, LOG_LEVEL: 'warn' });
   await checkServices(config);
   await runMigrations(config, makeLogger(config));
 
-  // A hot account with credit for every call of the run.
   const pool = await openPool(config.DATABASE_URL, { maximumPoolSize: 2 });
   const redis = connectRedis(config.REDIS_URL);
-  const accounts = new AccountsRepo(pool);
-  const admin = new AdminService({ accounts, credits: new CreditReservations(redis, prefix, accounts), redis, prefix });
-  const acct = await admin.createAccount('enterprise', 10_000_000, 'bench');
-  await admin.setAccount(acct.account_id, { rpm: 10_000_000 });
+  // The bench's own connection (one Redis node): the bare baseline's queue and the key sweep.
+  const plain = new IORedis(config.REDIS_URL, { maxRetriesPerRequest: null });
+  const accountIds: string[] = [];
+  const running: Running[] = [];
+  let baselineWorker: ReturnType<typeof fork> | undefined;
+  let queue: Queue | undefined;
+  let events: QueueEvents | undefined;
+  try {
+    // A hot account with credit for every call of the run.
+    const accounts = new AccountsRepo(pool);
+    const admin = new AdminService({ accounts, credits: new CreditReservations(redis, prefix, accounts), redis, prefix });
+    const acct = await admin.createAccount('enterprise', 10_000_000, 'bench');
+    accountIds.push(acct.account_id);
+    await admin.setAccount(acct.account_id, { rpm: 10_000_000 });
 
-  // Two deployments of the service: the one-command default (API and workers in one process), and
-  // the production shape (API process plus a separate worker process for the tool's family).
-  const edgeKey = randomBytes(32).toString('hex');
-  const startService = async (split: boolean, extraEnv: Record<string, string> = {}) => {
-    const port = 18_000 + Math.floor(Math.random() * 1000);
-    const env = { ...process.env, PORT: String(port), HOST: '127.0.0.1', REDIS_PREFIX: prefix, LOG_LEVEL: 'warn', EDGE_TOKEN_KEY: edgeKey, ...extraEnv };
-    const procs = [spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], { env: { ...env, WORKERS: split ? 'off' : 'inline' }, stdio: ['ignore', 'inherit', 'inherit'] })];
-    if (split) procs.push(spawn(process.execPath, ['--import', 'tsx', 'workers/index.ts', '--family', 'core'], { env, stdio: ['ignore', 'inherit', 'inherit'] }));
-    children.push(...procs);
-    const client = new Pool(`http://127.0.0.1:${port}`, { connections: 64, pipelining: 1 });
-    for (;;) {
-      try {
-        // Ready when a core worker beats: the split run has no other family, so /health says degraded.
-        const r = await client.request({ path: '/health', method: 'GET' });
-        const health = JSON.parse(await r.body.text()) as { worker_counts?: { core?: number } | null };
-        if ((health.worker_counts?.core ?? 0) > 0) break;
-      } catch {
-        /* not up yet */
-      }
-      await new Promise((r) => setTimeout(r, 200));
-    }
-    const stop = async () => {
-      await client.close();
-      for (const p of procs) p.kill('SIGTERM');
-      await Promise.all(procs.map((p) => once(p, 'exit')));
+    const edgeKey = randomBytes(32).toString('hex');
+    const env = { ...process.env, REDIS_PREFIX: prefix, LOG_LEVEL: 'warn', EDGE_TOKEN_KEY: edgeKey };
+    const headers = { authorization: `Bearer ${acct.api_key}`, 'content-type': 'application/json' };
+    const body = JSON.stringify({ expression: '2 * (3 + 4)' });
+    const track = (r: Running) => (running.push(r), r);
+
+    log(`starting service on ${ports.service} and anchor on ${ports.anchor} (prefix ${prefix})`);
+    const service = track(await startService({ port: ports.service, split: false, env }));
+    const anchor = track(await startAnchor({ port: ports.anchor, prefix, queue: 'bench-anchor', concurrency: config.CONCURRENCY_CORE, env }));
+    const servicePost = poster(service.client, headers);
+    const anchorPost = poster(anchor.client, headers);
+    const serviceOp = () => servicePost('/tools/compute', body).then(() => {});
+    const anchorOp = () => anchorPost('/tools/compute', body).then(() => {});
+
+    // Bare baseline: BullMQ from this process, no HTTP, no-op worker in a child.
+    const bq = 'bench-baseline';
+    baselineWorker = fork(new URL('./baseline-worker.ts', import.meta.url).pathname, [bq, prefix, String(config.CONCURRENCY_CORE)], {
+      execArgv: ['--import', 'tsx'],
+      env: process.env,
+    });
+    children.push(baselineWorker);
+    await once(baselineWorker, 'message');
+    queue = new Queue(bq, { connection: plain, prefix });
+    events = new QueueEvents(bq, { connection: { url: config.REDIS_URL } as never, prefix });
+    await events.waitUntilReady();
+    const q = queue;
+    const ev = events;
+    const baselineOp = async () => {
+      const job = await q.add('noop', { expression: '2 * (3 + 4)' }, { removeOnComplete: { count: 20_000 } });
+      await job.waitUntilFinished(ev);
     };
-    return { client, stop };
-  };
-  let { client: http, stop } = await startService(false);
 
-  const body = JSON.stringify({ expression: '2 * (3 + 4)' });
-  const headers = { authorization: `Bearer ${acct.api_key}`, 'content-type': 'application/json' };
-  const callTool = async (path: string, payload: string) => {
-    const r = await http.request({ path, method: 'POST', headers, body: payload });
-    const text = await r.body.text();
-    if (r.statusCode !== 200) throw new Error(`${path} answered ${r.statusCode}: ${text}`);
-  };
-  const serviceOp = () => callTool('/tools/compute', body);
-
-  // Baseline: bare BullMQ on the same Redis.
-  const bq = 'bench-baseline';
-  const worker = fork(new URL('./baseline-worker.ts', import.meta.url).pathname, [bq, prefix, '50'], {
-    execArgv: ['--import', 'tsx'],
-    env: process.env,
-  });
-  children.push(worker);
-  await once(worker, 'message');
-  const queue = new Queue(bq, { connection: redis, prefix });
-  const events = new QueueEvents(bq, { connection: { url: config.REDIS_URL } as never, prefix });
-  await events.waitUntilReady();
-  const baselineOp = async () => {
-    const job = await queue.add('noop', { expression: '2 * (3 + 4)' }, { removeOnComplete: { count: 20_000 } });
-    await job.waitUntilFinished(events);
-  };
-
-  const measureBaseline = async () => {
-    const out = new Map<number, Stats>();
-    for (const level of LEVELS) out.set(level, await drive(level, COUNT[level]!, baselineOp));
-    return out;
-  };
-  const measureService = async () => {
+    log('warm-up');
     await drive(10, WARMUP, serviceOp);
-    const out = new Map<number, Stats>();
-    for (const level of LEVELS) out.set(level, await drive(level, COUNT[level]!, serviceOp));
-    return out;
-  };
+    await drive(10, WARMUP, anchorOp);
+    await drive(10, WARMUP, baselineOp);
 
-  await drive(10, WARMUP, baselineOp);
-  const base = await measureBaseline();
-  const inline = await measureService();
-  const extra = await import('./protocol.js').then((m: { protocolBench?: Function }) => m.protocolBench?.({ http, headers, drive, fmt })).catch(() => null) as string[] | null;
-  await stop();
-  ({ client: http, stop } = await startService(true));
-  const split = await measureService();
-  await stop();
-
-  // What isolation costs: compute in the sandbox's worker threads against the same service running
-  // it on the worker's event loop (ISOLATION=off, never for production), at 50 in flight, A B A B A B.
-  const isolation: Record<'threads' | 'off', number[]> = { threads: [], off: [] };
-  for (let round = 0; round < 3; round++) {
-    for (const mode of ['threads', 'off'] as const) {
-      ({ client: http, stop } = await startService(false, { ISOLATION: mode }));
-      await drive(10, WARMUP, serviceOp);
-      isolation[mode].push((await drive(50, COUNT[50]!, serviceOp)).rps);
-      await stop();
+    // A B A B A B (service, anchor; the bare baseline after each pair), each run all three levels.
+    type Series = Map<number, Stats[]>;
+    const series = { service: new Map() as Series, anchor: new Map() as Series, bare: new Map() as Series };
+    const ops = { service: serviceOp, anchor: anchorOp, bare: baselineOp };
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const who of ['service', 'anchor', 'bare'] as const) {
+        log(`round ${round + 1}/${ROUNDS}: ${who}`);
+        for (const level of LEVELS) {
+          const s = await drive(level, COUNT[level]!, ops[who]);
+          series[who].set(level, [...(series[who].get(level) ?? []), s]);
+        }
+      }
     }
-  }
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-  const isolatedRps = median(isolation.threads);
-  const unisolatedRps = median(isolation.off);
+    const med = (xs: Stats[]): Stats => ({ rps: median(xs.map((x) => x.rps)), p50: median(xs.map((x) => x.p50)), p99: median(xs.map((x) => x.p99)), n: xs[0]!.n });
 
-  const rows: string[] = [];
-  for (const level of LEVELS) {
-    const b = base.get(level)!;
-    rows.push(`in flight ${String(level).padStart(2)}  baseline          ${fmt(b)}`);
-    for (const [label, m] of [['service inline   ', inline], ['service + worker ', split]] as const) {
-      const sv = m.get(level)!;
-      rows.push(`              ${label} ${fmt(sv)}   ratio ${(sv.rps / b.rps).toFixed(2)}`);
+    log('root protocol (chain and parallel of three)');
+    const proto = await protocolBench({ http: service.client, headers, drive, fmt });
+
+    // Memory: the one-process service's RSS before and after MEMORY_CALLS calls at 50 in flight.
+    log(`memory: ${MEMORY_CALLS} calls at 50 in flight`);
+    const pid = service.api.pid!;
+    const rssSamples: Array<[number, number]> = [[0, rssMiB(pid)]];
+    const step = Math.max(1, Math.ceil(MEMORY_CALLS / 10));
+    let done = 0;
+    const memT0 = performance.now();
+    while (done < MEMORY_CALLS) {
+      const n = Math.min(step, MEMORY_CALLS - done);
+      await drive(50, n, serviceOp);
+      done += n;
+      rssSamples.push([done, rssMiB(pid)]);
     }
+    const memRps = (MEMORY_CALLS / (performance.now() - memT0)) * 1000;
+    await service.stop();
+    running.splice(running.indexOf(service), 1);
+
+    // The production shape once: WORKERS=off API + one core-family worker process.
+    log('split service (API + core worker process), one run');
+    const split = track(await startService({ port: ports.service, split: true, env }));
+    const splitOp = () => poster(split.client, headers)('/tools/compute', body).then(() => {});
+    await drive(10, WARMUP, splitOp);
+    const splitStats = new Map<number, Stats>();
+    for (const level of LEVELS) splitStats.set(level, await drive(level, COUNT[level]!, splitOp));
+    await split.stop();
+    running.splice(running.indexOf(split), 1);
+
+    // What isolation costs: sandbox threads against ISOLATION=off, at 50 in flight, A B A B A B.
+    const isolation: Record<'threads' | 'off', number[]> = { threads: [], off: [] };
+    if (ISOLATION) {
+      for (let round = 0; round < 3; round++) {
+        for (const mode of ['threads', 'off'] as const) {
+          log(`isolation round ${round + 1}/3: ${mode}`);
+          const s = track(await startService({ port: ports.service, split: false, env: { ...env, ISOLATION: mode } }));
+          const op = () => poster(s.client, headers)('/tools/compute', body).then(() => {});
+          await drive(10, WARMUP, op);
+          isolation[mode].push((await drive(50, COUNT[50]!, op)).rps);
+          await s.stop();
+          running.splice(running.indexOf(s), 1);
+        }
+      }
+    }
+    await anchor.stop();
+    running.splice(running.indexOf(anchor), 1);
+
+    log('tool limits');
+    const limitRows = await toolLimitRows(config);
+
+    // ---- report ----
+    const out: string[] = [];
+    const w = (s = '') => out.push(s);
+    w();
+    w('Tollgate benchmark: one hot account, compute at 2 cents per call (real debit)');
+    w(`service = npm start (API + workers, one process) on port ${ports.service}; anchor = same Fastify front, Queue.add + waitUntilFinished, no-op worker process (concurrency ${config.CONCURRENCY_CORE}) on port ${ports.anchor}`);
+    w('bare = Queue.add + waitUntilFinished from the bench process, no HTTP, no-op worker process (second reference)');
+    w(`${ROUNDS} rounds alternating service, anchor, bare; medians of the rounds (calls per run: ${LEVELS.map((l) => `${COUNT[l]} at ${l}`).join(', ')})`);
+    w();
+    for (const level of LEVELS) {
+      const sv = med(series.service.get(level)!);
+      const an = med(series.anchor.get(level)!);
+      const ba = med(series.bare.get(level)!);
+      const rounds = (who: keyof typeof series) => series[who].get(level)!.map((x) => x.rps.toFixed(0)).join('/');
+      w(`in flight ${String(level).padStart(2)}  service  ${fmt(sv)}   ratio to anchor ${(sv.rps / an.rps).toFixed(2)}   (rounds ${rounds('service')})`);
+      w(`              anchor   ${fmt(an)}                        (rounds ${rounds('anchor')})`);
+      w(`              bare     ${fmt(ba)}   service/bare ${(sv.rps / ba.rps).toFixed(2)}     (rounds ${rounds('bare')})`);
+    }
+    w();
+    for (const level of LEVELS) w(`in flight ${String(level).padStart(2)}  service + worker process (one run)  ${fmt(splitStats.get(level)!)}`);
+    for (const r of proto.rows) w(r);
+
+    const sv50 = series.service.get(50)!;
+    const an50 = series.anchor.get(50)!;
+    const ratio50 = median(sv50.map((x) => x.rps)) / median(an50.map((x) => x.rps));
+    const perRound = sv50.map((x, i) => (x.rps / an50[i]!.rps).toFixed(2)).join(', ');
+    const bare50 = median(series.bare.get(50)!.map((x) => x.rps));
+    const p50At1 = median(series.service.get(1)!.map((x) => x.p50));
+    const rssBefore = rssSamples[0]![1];
+    const rssAfter = rssSamples.at(-1)![1];
+    w();
+    w('Goals (issue #20)');
+    w(`  ratio service/anchor at 50 in flight: ${ratio50.toFixed(2)} (goal >= 0.90; per round ${perRound})`);
+    w(`  ratio service/bare baseline at 50 in flight: ${(median(sv50.map((x) => x.rps)) / bare50).toFixed(2)} (second reference)`);
+    w(`  service p50 at 1 in flight: ${p50At1.toFixed(2)} ms (goal <= 5 ms); anchor ${median(series.anchor.get(1)!.map((x) => x.p50)).toFixed(2)} ms`);
+    w(`  chain of 3 (POST /) p50 at 1 in flight: ${proto.chainP50.toFixed(2)} ms against one call ${proto.singleP50.toFixed(2)} ms: ${(proto.chainP50 / proto.singleP50).toFixed(2)}x (goal <= 3x)`);
+    w(
+      `  service RSS before and after ${MEMORY_CALLS} calls at 50 in flight (${memRps.toFixed(0)} req/s): ${rssBefore.toFixed(0)} MiB -> ${rssAfter.toFixed(0)} MiB ` +
+        `(${rssAfter - rssBefore >= 0 ? '+' : ''}${(rssAfter - rssBefore).toFixed(0)} MiB); every ${step}: ${rssSamples.map(([, r]) => r.toFixed(0)).join(' ')}`,
+    );
+    if (ISOLATION) {
+      const iso = median(isolation.threads) / median(isolation.off);
+      w(
+        `  isolation at 50 in flight: sandbox threads ${isolation.threads.map((x) => x.toFixed(0)).join(', ')} req/s, ` +
+          `event loop (ISOLATION=off) ${isolation.off.map((x) => x.toFixed(0)).join(', ')} req/s; ratio of medians ${iso.toFixed(2)} (goal >= 0.90)`,
+      );
+    }
+    if (limitRows.length) {
+      w();
+      w('Worst case per tool (largestInput in the sandbox pool, against its time limit)');
+      for (const r of limitRows) w(r);
+    }
+    w();
+    w(`bench took ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+    process.stdout.write(out.join('\n') + '\n');
+  } finally {
+    for (const r of running) await r.stop().catch(() => {});
+    if (baselineWorker && baselineWorker.exitCode === null) {
+      baselineWorker.kill('SIGTERM');
+      await once(baselineWorker, 'exit');
+    }
+    await events?.close();
+    await queue?.obliterate({ force: true }).catch(() => {});
+    await queue?.close();
+    // Leave nothing behind: the run's Redis keys all carry its prefix, and its accounts go.
+    await deleteByPrefix(redis, prefix);
+    const swept = await sweepKeys(plain, prefix);
+    const removed = await deleteAccounts(config.DATABASE_URL, accountIds).catch((e) => (log(`account clean-up failed: ${(e as Error).message}`), 0));
+    log(`cleaned up: ${removed} account(s), ${swept} Redis key(s) left by deleteByPrefix`);
+    redis.disconnect();
+    plain.disconnect();
+    await pool.end();
   }
-  const ratioAt50 = Math.max(inline.get(50)!.rps, split.get(50)!.rps) / base.get(50)!.rps;
-  const p50At1 = inline.get(1)!.p50;
-
-  process.stdout.write('\nTollgate benchmark: one hot account, compute at 2 cents per call (real debit)\n');
-  process.stdout.write('service inline = npm start (API + workers, one process); service + worker = WORKERS=off API + one core-family worker process\n');
-  process.stdout.write('baseline = bare BullMQ Queue.add + waitUntilFinished, no-op worker in its own process, same Redis\n\n');
-  for (const r of rows) process.stdout.write(r + '\n');
-  if (extra) for (const r of extra) process.stdout.write(r + '\n');
-  process.stdout.write(
-    `\nratio service/baseline at 50 in flight: ${ratioAt50.toFixed(2)} (goal >= 0.90)\n` +
-      `service p50 at 1 in flight: ${p50At1.toFixed(2)} ms (goal <= 5 ms)\n` +
-      `isolation at 50 in flight: sandbox threads ${isolation.threads.map((x) => x.toFixed(0)).join(', ')} req/s, ` +
-      `event loop (ISOLATION=off) ${isolation.off.map((x) => x.toFixed(0)).join(', ')} req/s; ` +
-      `ratio of medians ${(isolatedRps / unisolatedRps).toFixed(2)} (goal >= 0.90: isolation costs under 10%)\n`,
-  );
-
-  // The catalogue tools' worst cases, each against its own time limit.
-  const limitRows = await toolLimitRows(config);
-  if (limitRows.length) {
-    process.stdout.write(`\nWorst case per tool (largestInput in the sandbox pool, against its time limit)\n${limitRows.join('\n')}\n`);
-  }
-
-  worker.kill('SIGTERM');
-  await once(worker, 'exit');
-  await events.close();
-  await queue.obliterate({ force: true }).catch(() => {});
-  await queue.close();
-  // Leave nothing behind in Redis: the run's keys all share its prefix.
-  await deleteByPrefix(redis, prefix);
-  redis.disconnect();
-  await pool.end();
 }
 
-main().catch((e) => {
-  process.stderr.write(`bench failed: ${(e as Error).stack}\n`);
-  process.exit(1);
-});
+main().then(
+  () => process.exit(0),
+  (e) => {
+    process.stderr.write(`bench failed: ${(e as Error).stack}\n`);
+    process.exit(1);
+  },
+);
