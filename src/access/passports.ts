@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { ConfigError, type Config } from '../config.js';
 import { AppError } from '../errors.js';
 import type { Redis } from '../queue/redis.js';
+import { accountTag } from '../queue/keyspace.js';
 import type { KeyInfo } from '../db/accounts-repo.js';
 
 /**
@@ -11,7 +12,7 @@ import type { KeyInfo } from '../db/accounts-repo.js';
  * TTL from 60 s to 30 days, and are never money: nothing here touches Postgres except the read-only
  * look-up of a recipient key.
  *
- * Layout, under `${REDIS_PREFIX}:pp:<account>` (sandbox keys under `${REDIS_PREFIX}:pp:test:<account>`,
+ * Layout, under `${REDIS_PREFIX}:pp:{a<shard>}:<account>` (sandbox keys under `${REDIS_PREFIX}:pp:test:{a<shard>}:<account>`,
  * so a sandbox key never sees or fills the live namespace and vice versa):
  * - `:p:<handle>`   hash {meta, data}: both sealed with AES-256-GCM under PASSPORT_KEY (the content
  *                   and its metadata, label and sha256 included, are never stored in clear);
@@ -309,9 +310,13 @@ export class PassportService {
     };
   }
 
-  /** `${prefix}:pp:[test:]<account>`: the namespace of one account's passports. */
+  /**
+   * `${prefix}:pp:[test:]{a<shard>}:<account>`: the namespace of one account's passports, in its
+   * account's cluster slot (src/queue/keyspace.ts), so the scripts and transactions below, which touch
+   * several keys of one namespace, work on a Redis Cluster.
+   */
   namespace(scope: Pick<PassportScope, 'accountId' | 'sandbox'>): string {
-    return `${this.deps.config.REDIS_PREFIX}:pp:${scope.sandbox ? 'test:' : ''}${scope.accountId}`;
+    return `${this.deps.config.REDIS_PREFIX}:pp:${scope.sandbox ? 'test:' : ''}${accountTag(scope.accountId)}:${scope.accountId}`;
   }
 
   private key(): Buffer {

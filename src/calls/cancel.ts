@@ -168,9 +168,8 @@ export class JobCanceller {
   /** Marks the jobs cancelled for a worker about to start one (before anything else is told). */
   private async mark(jobIds: string[]): Promise<void> {
     const { redis, prefix } = this.deps;
-    const pipe = redis.pipeline();
-    for (const id of jobIds) pipe.set(cancelKey(prefix, id), '1', 'EX', 24 * 3600);
-    await pipe.exec();
+    // One command per marker: each job's marker has its own slot in a cluster (no pipeline spans them).
+    await Promise.all(jobIds.map((id) => redis.set(cancelKey(prefix, id), '1', 'EX', 24 * 3600)));
   }
 
   /**

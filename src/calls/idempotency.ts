@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { Redis } from '../queue/redis.js';
 import { AppError } from '../errors.js';
 
 export interface StoredResponse {

@@ -8,6 +8,7 @@ import { sql, type DatabasePool } from '../db/pool.js';
 import { AppError, isAppError, type SerializedError } from '../errors.js';
 import { ResultsStore } from '../money/results.js';
 import { connectRedis, type Redis } from '../queue/redis.js';
+import { queuePrefix } from '../queue/keyspace.js';
 import type { EdgeTokenSealer } from '../services/edge-token.js';
 import { PinnedAgent, vetDestination } from '../tools/web/net-guard.js';
 import { createResolver, type DnsResolver } from '../tools/web/resolver.js';
@@ -188,8 +189,8 @@ export class Webhooks {
   constructor(
     private readonly deps: { config: Config; log: Logger; pool: DatabasePool; redis: Redis; sealer: EdgeTokenSealer; results: ResultsStore },
   ) {
-    this.queue = new Queue<DeliveryData>(WEBHOOK_QUEUE, { connection: deps.redis, prefix: deps.config.REDIS_PREFIX });
-    this.watchQueue = new Queue<WatchData>(WEBHOOK_WATCH_QUEUE, { connection: deps.redis, prefix: deps.config.REDIS_PREFIX });
+    this.queue = new Queue<DeliveryData>(WEBHOOK_QUEUE, { connection: deps.redis, prefix: queuePrefix(deps.config.REDIS_PREFIX) });
+    this.watchQueue = new Queue<WatchData>(WEBHOOK_WATCH_QUEUE, { connection: deps.redis, prefix: queuePrefix(deps.config.REDIS_PREFIX) });
     this.secrets = new WebhookSecrets(deps.pool, deps.sealer);
     this.resolver = createResolver(deps.config);
   }
@@ -255,7 +256,7 @@ export class Webhooks {
     this.watcherRedis.on('error', (err: Error) => this.deps.log.debug({ err: err.message }, 'webhook watcher redis connection error'));
     this.watcher = new Worker<WatchData>(WEBHOOK_WATCH_QUEUE, (job, token) => this.check(job, token, outcome), {
       connection: this.watcherRedis,
-      prefix: this.deps.config.REDIS_PREFIX,
+      prefix: queuePrefix(this.deps.config.REDIS_PREFIX),
       concurrency,
     });
     this.watcher.on('error', (err) => this.deps.log.warn({ err: err.message }, 'webhook watcher error'));
@@ -321,7 +322,7 @@ export class Webhooks {
     this.workerRedis.on('error', (err: Error) => this.deps.log.debug({ err: err.message }, 'webhook worker redis connection error'));
     this.worker = new Worker<DeliveryData>(WEBHOOK_QUEUE, (job) => this.deliver(job), {
       connection: this.workerRedis,
-      prefix: this.deps.config.REDIS_PREFIX,
+      prefix: queuePrefix(this.deps.config.REDIS_PREFIX),
       concurrency,
     });
     this.worker.on('error', (err) => this.deps.log.warn({ err: err.message }, 'webhook worker error'));

@@ -80,6 +80,9 @@ export async function ensureDatabase(url: string): Promise<void> {
 
 /** The URL with any password masked, for messages. */
 export function redactUrl(url: string): string {
+  // A cluster address (redis+cluster://user:password@host:port,host:port) is not a WHATWG URL.
+  const cluster = /^(rediss?\+cluster:\/\/)(?:([^:@/]*)(?::[^@/]*)?@)?(.*)$/.exec(url);
+  if (cluster) return `${cluster[1]}${cluster[2] !== undefined ? `${cluster[2]}:***@` : ''}${cluster[3]}`;
   try {
     const u = new URL(url);
     if (u.password) u.password = '***';

@@ -1,4 +1,5 @@
-import type { Redis } from 'ioredis';
+import type { Redis } from '../queue/redis.js';
+import { ACCOUNT_SHARDS, accountTag, shardTag } from '../queue/keyspace.js';
 import { AppError } from '../errors.js';
 import type { AccountsRepo } from '../db/accounts-repo.js';
 
@@ -36,7 +37,8 @@ local function nowMs()
 end
 `;
 
-// KEYS: avail, holds, subuse|'', accounts   ARGV: limit(-1 = none), n, then n pairs of holdId, amount, then accountId
+// KEYS: avail, holds, subuse (without a sub-key, an unused name in the account's slot), accounts
+// ARGV: limit(-1 = no sub-key), n, then n pairs of holdId, amount, then accountId
 const RESERVE = `${PARSE}
 local avail = redis.call('GET', KEYS[1])
 if not avail then return {-1, 0} end
@@ -45,16 +47,18 @@ local n = tonumber(ARGV[2])
 for i = 1, n do total = total + tonumber(ARGV[2 + 2 * i]) end
 if tonumber(avail) < total then return {0, tonumber(avail)} end
 local limit = tonumber(ARGV[1])
+local sub = ''
 if limit >= 0 then
   local used = redis.call('GET', KEYS[3])
   if not used then return {-2, 0} end
   if tonumber(used) + total > limit then return {-3, tonumber(used)} end
   redis.call('INCRBY', KEYS[3], total)
+  sub = KEYS[3]
 end
 redis.call('DECRBY', KEYS[1], total)
 local now = nowMs()
 for i = 1, n do
-  redis.call('HSET', KEYS[2], ARGV[1 + 2 * i], ARGV[2 + 2 * i] .. '|' .. KEYS[3] .. '|' .. now)
+  redis.call('HSET', KEYS[2], ARGV[1 + 2 * i], ARGV[2 + 2 * i] .. '|' .. sub .. '|' .. now)
 end
 redis.call('SADD', KEYS[4], ARGV[3 + 2 * n])
 return {1, tonumber(avail) - total}
@@ -279,31 +283,60 @@ export class CreditReservations {
   }
 
   availKey(accountId: string) {
-    return `${this.prefix}:credit:avail:${accountId}`;
+    return `${this.prefix}:credit:avail:${accountTag(accountId)}:${accountId}`;
   }
   holdsKey(accountId: string) {
-    return `${this.prefix}:credit:holds:${accountId}`;
+    return `${this.prefix}:credit:holds:${accountTag(accountId)}:${accountId}`;
   }
   private epochKey(accountId: string) {
-    return `${this.prefix}:credit:epoch:${accountId}`;
+    return `${this.prefix}:credit:epoch:${accountTag(accountId)}:${accountId}`;
   }
   /** Bumped by every settlement of the account's holds (see SETTLED). */
   private settlesKey(accountId: string) {
-    return `${this.prefix}:credit:settles:${accountId}`;
+    return `${this.prefix}:credit:settles:${accountTag(accountId)}:${accountId}`;
   }
   /**
-   * Accounts with money state in Redis (an `avail` or holds): added atomically by every script that
-   * creates either, removed by the reconciler once both are gone. The reconciler walks this set.
+   * Accounts with money state in Redis (an `avail` or holds), one set per shard in the shard's slot:
+   * added atomically by every script that creates either, removed by the reconciler once both are
+   * gone. The reconciler walks these sets (`registryKeys`).
    */
-  accountsKey() {
-    return `${this.prefix}:credit:accounts`;
+  accountsKey(accountId: string) {
+    return this.registryKey(accountTag(accountId));
+  }
+  private registryKey(tag: string) {
+    return `${this.prefix}:credit:accounts:${tag}`;
+  }
+  /** Every shard's registry, for the reconciler's walk. */
+  registryKeys(): string[] {
+    return Array.from({ length: ACCOUNT_SHARDS }, (_, n) => this.registryKey(shardTag(n)));
   }
   /** Sub-keys of an account with a `subuse` counter, for the reconciler. */
   subKeysKey(accountId: string) {
-    return `${this.prefix}:credit:subkeys:${accountId}`;
+    return `${this.prefix}:credit:subkeys:${accountTag(accountId)}:${accountId}`;
   }
-  subuseKey(keyId: string, month = monthTag()) {
-    return `${this.prefix}:credit:subuse:${keyId}:${month}`;
+  /** A sub-key's use this month: in its account's slot, so a hold can count against both at once. */
+  subuseKey(accountId: string, keyId: string, month = monthTag()) {
+    return `${this.prefix}:credit:subuse:${accountTag(accountId)}:${keyId}:${month}`;
+  }
+
+  /**
+   * The keys each script touches, in its KEYS order: the calls below use these, and
+   * test/unit/scale/key-slots.test.ts checks that each list shares one cluster slot.
+   */
+  scriptKeys(accountId: string, keyId: string | null = null) {
+    // Without a sub-key RESERVE still gets a name in the account's slot (a cluster refuses a script
+    // whose keys span slots, and '' hashes to slot 0); it is never read or written.
+    const subuse = keyId ? this.subuseKey(accountId, keyId) : `${this.prefix}:credit:subuse:${accountTag(accountId)}:none`;
+    return {
+      tgReserve: [this.availKey(accountId), this.holdsKey(accountId), subuse, this.accountsKey(accountId)],
+      tgRelease: [this.availKey(accountId), this.holdsKey(accountId)],
+      tgSettled: [this.holdsKey(accountId), this.settlesKey(accountId)],
+      tgTopup: [this.availKey(accountId), this.epochKey(accountId)],
+      tgLoad: [this.availKey(accountId), this.epochKey(accountId), this.holdsKey(accountId), this.accountsKey(accountId)],
+      tgLoadSubuse: [subuse, this.holdsKey(accountId), this.accountsKey(accountId), this.subKeysKey(accountId)],
+      tgHoldSnapshot: [this.holdsKey(accountId), this.epochKey(accountId), this.settlesKey(accountId), this.availKey(accountId)],
+      tgHoldRebuild: [this.availKey(accountId), this.holdsKey(accountId), this.epochKey(accountId), this.settlesKey(accountId), this.accountsKey(accountId)],
+    };
   }
 
   /**
@@ -312,12 +345,12 @@ export class CreditReservations {
    */
   async reserve(accountId: string, holds: Hold[], sub: SubKeyLimit | null): Promise<number> {
     const total = holds.reduce((s, h) => s + h.amount, 0);
-    const subKey = sub ? this.subuseKey(sub.keyId) : '';
+    const keys = this.scriptKeys(accountId, sub?.keyId ?? null).tgReserve;
     const args: Array<string | number> = [sub ? sub.monthlyLimitCents : -1, holds.length];
     for (const h of holds) args.push(h.holdId, h.amount);
     args.push(accountId);
     for (let attempt = 0; attempt < 5; attempt++) {
-      const [status, value] = await this.redis.tgReserve(4, this.availKey(accountId), this.holdsKey(accountId), subKey, this.accountsKey(), ...args);
+      const [status, value] = await this.redis.tgReserve(4, ...keys, ...args);
       if (status === 1) return value;
       if (status === 0) {
         throw new AppError('insufficient_credits', `This call costs ${total} cents; ${Math.max(value, 0)} cents are available. Top up to continue.`, {
@@ -341,18 +374,18 @@ export class CreditReservations {
   private async loadAvail(accountId: string): Promise<void> {
     const epoch = (await this.redis.get(this.epochKey(accountId))) ?? '0';
     const credits = await this.accounts.credits(accountId);
-    await this.redis.tgLoad(4, this.availKey(accountId), this.epochKey(accountId), this.holdsKey(accountId), this.accountsKey(), credits, epoch, accountId);
+    await this.redis.tgLoad(4, ...this.scriptKeys(accountId).tgLoad, credits, epoch, accountId);
   }
 
   private async loadSubuse(accountId: string, keyId: string): Promise<void> {
     const used = await this.accounts.keyUsedThisMonth(keyId);
-    await this.redis.tgLoadSubuse(4, this.subuseKey(keyId), this.holdsKey(accountId), this.accountsKey(), this.subKeysKey(accountId), used, 40 * 24 * 3600, accountId, keyId);
+    await this.redis.tgLoadSubuse(4, ...this.scriptKeys(accountId, keyId).tgLoadSubuse, used, 40 * 24 * 3600, accountId, keyId);
   }
 
   /** Gives unsettled holds back to the account (and the sub-key's month). Safe to repeat. */
   async release(accountId: string, holdIds: string[]): Promise<number> {
     if (!holdIds.length) return 0;
-    return this.redis.tgRelease(2, this.availKey(accountId), this.holdsKey(accountId), ...holdIds);
+    return this.redis.tgRelease(2, ...this.scriptKeys(accountId).tgRelease, ...holdIds);
   }
 
   /** Drops holds whose charges are now in Postgres (the balance there already moved). */
@@ -363,14 +396,14 @@ export class CreditReservations {
       if (ids) ids.push(it.holdId);
       else byAccount.set(it.accountId, [it.holdId]);
     }
-    const pipe = this.redis.pipeline();
-    for (const [accountId, ids] of byAccount) (pipe as unknown as Scripted).tgSettled(2, this.holdsKey(accountId), this.settlesKey(accountId), ...ids);
-    return pipe.exec();
+    // One script per account, each in its account's slot (a pipeline may not span slots in a cluster);
+    // sent together, they share the round trip on one connection.
+    return Promise.all([...byAccount].map(([accountId, ids]) => this.redis.tgSettled(2, ...this.scriptKeys(accountId).tgSettled, ...ids)));
   }
 
   /** Call after a top-up committed in Postgres. */
   async toppedUp(accountId: string, cents: number): Promise<void> {
-    await this.redis.tgTopup(2, this.availKey(accountId), this.epochKey(accountId), cents);
+    await this.redis.tgTopup(2, ...this.scriptKeys(accountId).tgTopup, cents);
   }
 
   /** Credits that admission would still allow (balance minus holds). */
@@ -384,13 +417,7 @@ export class CreditReservations {
 
   /** Reads an account's money keys at once (and stamps holds written before takenAt existed). */
   async snapshot(accountId: string): Promise<HoldSnapshot> {
-    const [epoch, settles, now, avail, flat] = await this.redis.tgHoldSnapshot(
-      4,
-      this.holdsKey(accountId),
-      this.epochKey(accountId),
-      this.settlesKey(accountId),
-      this.availKey(accountId),
-    );
+    const [epoch, settles, now, avail, flat] = await this.redis.tgHoldSnapshot(4, ...this.scriptKeys(accountId).tgHoldSnapshot);
     const holds: StoredHold[] = [];
     for (let i = 0; i < flat.length; i += 2) holds.push(parseHold(flat[i]!, flat[i + 1]!));
     return { epoch, settles, now: Number(now), avail: avail === null ? null : Number(avail), holds };
@@ -411,11 +438,7 @@ export class CreditReservations {
     for (const [key, settled] of pg.settledBySubuse) subs.push(key, settled);
     const [status, before, expected, off, charged] = await this.redis.tgHoldRebuild(
       5,
-      this.availKey(accountId),
-      this.holdsKey(accountId),
-      this.epochKey(accountId),
-      this.settlesKey(accountId),
-      this.accountsKey(),
+      ...this.scriptKeys(accountId).tgHoldRebuild,
       snap.epoch,
       snap.settles,
       pg.credits,

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import type { Logger } from 'pino';
-import type { Redis } from 'ioredis';
+import type { Redis } from '../queue/redis.js';
 import { sql, type DatabasePool } from '../db/pool.js';
 import type { InFlightSlots, LiveJobs } from '../access/in-flight.js';
 import type { CreditReservations, HoldSnapshot, PostgresView } from './holds.js';
@@ -148,20 +148,23 @@ export class Reconciler {
     try {
       report.slots = await this.deps.slots.reconcile(keepLock);
       const { credits } = this.deps;
-      let cursor = '0';
-      do {
-        const [next, accounts] = await this.deps.redis.sscan(credits.accountsKey(), cursor, 'COUNT', 200);
-        cursor = next;
-        for (const accountId of accounts) {
-          report.accounts++;
-          try {
-            await this.account(accountId, report);
-          } catch (err) {
-            this.deps.log.warn({ err: (err as Error).message, accountId }, 'reconciling an account failed');
+      // One registry per shard (src/queue/keyspace.ts), each in its own slot.
+      for (const registry of credits.registryKeys()) {
+        let cursor = '0';
+        do {
+          const [next, accounts] = await this.deps.redis.sscan(registry, cursor, 'COUNT', 200);
+          cursor = next;
+          for (const accountId of accounts) {
+            report.accounts++;
+            try {
+              await this.account(accountId, report);
+            } catch (err) {
+              this.deps.log.warn({ err: (err as Error).message, accountId }, 'reconciling an account failed');
+            }
+            await keepLock();
           }
-          await keepLock();
-        }
-      } while (cursor !== '0');
+        } while (cursor !== '0');
+      }
       if (report.released || report.dropped || report.rebuilt || report.slots) this.deps.log.warn(report, 'reconciler repaired money state');
       return report;
     } finally {
@@ -219,7 +222,7 @@ export class Reconciler {
       FROM accounts a WHERE a.id = ${accountId}`);
     if (!row) return null;
     const settledBySubuse = new Map<string, number>();
-    for (const keyId of subKeys) settledBySubuse.set(this.deps.credits.subuseKey(keyId), row.subuse[keyId] ?? 0);
+    for (const keyId of subKeys) settledBySubuse.set(this.deps.credits.subuseKey(accountId, keyId), row.subuse[keyId] ?? 0);
     return { credits: row.credits, charged: row.charged, settledBySubuse };
   }
 }

@@ -63,7 +63,7 @@ interface Reason {
  * standard ports, so it points the default at a dead port instead).
  */
 async function unsetReason(name: 'REDIS_URL' | 'DATABASE_URL', config: Config, env: NodeJS.ProcessEnv): Promise<Reason | null> {
-  if (env[name] !== undefined) return null;
+  if (env[name] !== undefined || (name === 'REDIS_URL' && env.REDIS_CLUSTER_NODES)) return null;
   const url = env[`TOLLGATE_DEFAULT_${name}`] || config[name];
   config[name] = url;
   if (isProduction(env) || (await answers(url, name === 'REDIS_URL' ? 'redis' : 'postgres'))) return null;

@@ -6,6 +6,7 @@ import type { CallResult } from '../services/runner.js';
 import { decodeFailure, isOwnFailure } from './failure.js';
 import { familyOfJob, queueName } from './queues.js';
 import { connectRedis, type Redis } from './redis.js';
+import { queuePrefix } from './keyspace.js';
 import { cancelChannel, cancelledError } from '../calls/cancel.js';
 
 export type JobEvent =
@@ -30,6 +31,8 @@ export class CompletionDispatcher {
   private readonly listeners = new Map<string, Set<Listener>>();
   /** Cancelled job ids (src/calls/cancel.ts): a removed job has no BullMQ outcome, so its waiters hear it here. */
   private sub: Redis | null = null;
+  /** Never used itself: each QueueEvents opens its own blocking duplicate of it (single server or cluster). */
+  private eventsBase: Redis | null = null;
 
   constructor(
     private readonly config: Config,
@@ -44,11 +47,12 @@ export class CompletionDispatcher {
     // The cancel is decided (in Postgres) before it is published, so this is the job's outcome.
     this.sub.on('message', (_channel: string, jobId: string) => this.emit({ type: 'failed', jobId, error: cancelledError() }));
     await this.sub.subscribe(cancelChannel(this.config.REDIS_PREFIX));
+    const base = (this.eventsBase = connectRedis(this.config.REDIS_URL, { lazyConnect: true }));
     await Promise.all(
       FAMILIES.map(async (family) => {
         const qe = new QueueEvents(queueName(family), {
-          connection: { url: this.config.REDIS_URL } as never,
-          prefix: this.config.REDIS_PREFIX,
+          connection: base,
+          prefix: queuePrefix(this.config.REDIS_PREFIX),
         });
         qe.on('completed', ({ jobId, returnvalue }) =>
           this.emit({ type: 'completed', jobId, value: returnvalue as unknown as CallResult }),
@@ -125,5 +129,6 @@ export class CompletionDispatcher {
     this.sub?.disconnect();
     await Promise.all([...this.events.values()].map((qe) => qe.close()));
     this.events.clear();
+    this.eventsBase?.disconnect();
   }
 }

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { FAMILIES, type Family } from '../config.js';
 import type { Redis } from './redis.js';
+import { queuePrefix } from './keyspace.js';
 
 export const HEARTBEAT_MS = 5_000;
 export const HEARTBEAT_TTL_MS = 15_000;
@@ -49,8 +50,9 @@ function define(redis: Redis): Scripted {
   return r as Scripted;
 }
 
-const familyKey = (prefix: string, f: Family) => `${prefix}:workers:${f}`;
-const seenKey = (prefix: string) => `${prefix}:workers:seen`;
+// Under the queues' hash tag (src/queue/keyspace.ts): the scripts above touch all of them at once.
+export const familyKey = (prefix: string, f: Family) => `${queuePrefix(prefix)}:workers:${f}`;
+export const seenKey = (prefix: string) => `${queuePrefix(prefix)}:workers:seen`;
 
 /** Heartbeats of one worker process for its families, every HEARTBEAT_MS with a TTL of HEARTBEAT_TTL_MS. */
 export class WorkerHeartbeat {

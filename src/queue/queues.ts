@@ -5,6 +5,7 @@ import type { CallJobData, CallResult } from '../services/runner.js';
 import { decodeFailure } from './failure.js';
 import type { AppError } from '../errors.js';
 import type { Redis } from './redis.js';
+import { queuePrefix } from './keyspace.js';
 
 export const queueName = (family: Family) => `tools-${family}`;
 
@@ -42,7 +43,7 @@ export class JobQueues {
   queue(family: Family): Queue {
     let q = this.queues.get(family);
     if (!q) {
-      q = new Queue(queueName(family), { connection: this.connection, prefix: this.config.REDIS_PREFIX });
+      q = new Queue(queueName(family), { connection: this.connection, prefix: queuePrefix(this.config.REDIS_PREFIX) });
       this.queues.set(family, q);
     }
     return q;
@@ -74,7 +75,7 @@ export class JobQueues {
 
   /** Opened at start-up with the queues: one first opened during an outage would add its flow after it. */
   flowProducer(): FlowProducer {
-    this.flows ??= new FlowProducer({ connection: this.connection, prefix: this.config.REDIS_PREFIX });
+    this.flows ??= new FlowProducer({ connection: this.connection, prefix: queuePrefix(this.config.REDIS_PREFIX) });
     return this.flows;
   }
 
@@ -83,7 +84,7 @@ export class JobQueues {
       name: step.data.tool,
       queueName: queueName(step.family),
       data: step.data,
-      prefix: this.config.REDIS_PREFIX,
+      prefix: queuePrefix(this.config.REDIS_PREFIX),
       opts: { ...this.jobOptions(step.data), jobId: step.jobId, ...extra },
       ...(children ? { children } : {}),
     };
@@ -103,7 +104,7 @@ export class JobQueues {
       const family = familyOfJob(id);
       if (!family) continue;
       asked.push(id);
-      pipe.hmget(`${this.config.REDIS_PREFIX}:${queueName(family)}:${id}`, 'timestamp', 'finishedOn');
+      pipe.hmget(`${queuePrefix(this.config.REDIS_PREFIX)}:${queueName(family)}:${id}`, 'timestamp', 'finishedOn');
     }
     const replies = (await pipe.exec()) ?? [];
     const live = new Set<string>();

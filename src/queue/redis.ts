@@ -1,5 +1,81 @@
-import { Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis as SingleRedis, type RedisOptions } from 'ioredis';
 import { AppError, isAppError } from '../errors.js';
+
+/**
+ * A connection to Redis: one server, or a Redis Cluster (ioredis `Cluster`) when REDIS_URL is a
+ * `redis+cluster://` address (REDIS_CLUSTER_NODES builds one). Both speak the same commands; what a
+ * cluster adds is that a script, MULTI or pipeline may only touch keys of one slot
+ * (src/queue/keyspace.ts says how keys are tagged for that).
+ */
+export type Redis = SingleRedis | Cluster;
+
+/** The seed nodes and credentials of a `redis+cluster://[user:password@]host:port,host:port` (or `rediss+cluster://`) address. */
+export interface ClusterAddress {
+  nodes: Array<{ host: string; port: number }>;
+  username?: string;
+  password?: string;
+  tls: boolean;
+}
+
+const CLUSTER_URL = /^(rediss?)\+cluster:\/\/(?:([^:@/]*)(?::([^@/]*))?@)?([^@/]+?)\/?$/;
+
+/** The cluster a REDIS_URL names, or null for a single server. */
+export function parseClusterUrl(url: string): ClusterAddress | null {
+  const m = CLUSTER_URL.exec(url);
+  if (!m) return null;
+  const nodes = m[4]!.split(',').map((hp) => {
+    const at = hp.lastIndexOf(':');
+    const host = hp.slice(0, at).replace(/^\[|\]$/g, '');
+    const port = Number(hp.slice(at + 1));
+    if (at <= 0 || !host || !Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`bad cluster node "${hp}" (expected host:port)`);
+    return { host, port };
+  });
+  const decode = (v: string | undefined) => (v ? decodeURIComponent(v) : undefined);
+  return { nodes, username: decode(m[2]), password: decode(m[3]), tls: m[1] === 'rediss' };
+}
+
+/** `redis+cluster://host:port,...` from REDIS_CLUSTER_NODES, keeping REDIS_URL's credentials and TLS. */
+export function clusterUrlOf(nodes: string[], redisUrl: string): string {
+  let auth = '';
+  let scheme = 'redis';
+  try {
+    const u = new URL(redisUrl);
+    if (u.protocol === 'rediss:') scheme = 'rediss';
+    if (u.username || u.password) auth = `${u.username}${u.password ? `:${u.password}` : ''}@`;
+  } catch {
+    /* `embedded` or a cluster URL: no credentials to carry over */
+  }
+  return `${scheme}+cluster://${auth}${nodes.join(',')}`;
+}
+
+/**
+ * Opens a single-server or cluster connection. The options are ioredis's single-server ones; for a
+ * cluster, the connection-level ones (lazyConnect, enableOfflineQueue, enableReadyCheck,
+ * retryStrategy) apply to the cluster and the rest to each node's connection.
+ */
+function open(url: string, opts: RedisOptions): Redis {
+  const cluster = parseClusterUrl(url);
+  if (!cluster) return new SingleRedis(url, opts);
+  const { lazyConnect, enableOfflineQueue, enableReadyCheck, retryStrategy, ...node } = opts;
+  return new Cluster(cluster.nodes, {
+    lazyConnect,
+    enableOfflineQueue,
+    enableReadyCheck,
+    clusterRetryStrategy: retryStrategy ? (times) => retryStrategy(times) : undefined,
+    // While a primary fails over, commands to its slots wait for the new one (bounded by the
+    // per-command limits) instead of failing at once.
+    retryDelayOnFailover: 100,
+    retryDelayOnClusterDown: 200,
+    retryDelayOnTryAgain: 100,
+    slotsRefreshTimeout: 2_000,
+    redisOptions: { ...node, username: cluster.username, password: cluster.password, ...(cluster.tls ? { tls: {} } : {}) },
+  });
+}
+
+/** Whether a connection is to a Redis Cluster. */
+export function isCluster(redis: Redis): redis is Cluster {
+  return (redis as Cluster).isCluster === true;
+}
 
 /**
  * A Redis connection as BullMQ's blocking clients want it (Worker, QueueEvents: no per-command retry
@@ -7,7 +83,7 @@ import { AppError, isAppError } from '../errors.js';
  * settle once Redis is back, not fail.
  */
 export function connectRedis(url: string, opts: RedisOptions = {}): Redis {
-  return new Redis(url, { maxRetriesPerRequest: null, enableReadyCheck: true, lazyConnect: false, ...opts });
+  return open(url, { maxRetriesPerRequest: null, enableReadyCheck: true, lazyConnect: false, ...opts });
 }
 
 /** Per-command deadline of the API's command connection. */
@@ -28,7 +104,7 @@ export const COMMAND_TIMEOUT_MS = 1_000;
  * The connection itself keeps reconnecting in the background (ioredis's default retry strategy).
  */
 export function connectCommandRedis(url: string, opts: RedisOptions = {}): Redis {
-  return new Redis(url, {
+  return open(url, {
     enableReadyCheck: true,
     lazyConnect: false,
     enableOfflineQueue: false,
@@ -41,16 +117,32 @@ export function connectCommandRedis(url: string, opts: RedisOptions = {}): Redis
   });
 }
 
-export type { Redis };
+/**
+ * Every key of a deployment, a page at a time: under `${prefix}:` and under its queues' `{prefix}:`
+ * (src/queue/keyspace.ts). On a cluster every primary is scanned; each page comes with the server
+ * that holds it.
+ */
+export async function* deploymentKeys(redis: Redis, prefix: string): AsyncGenerator<{ server: SingleRedis; keys: string[] }> {
+  const servers: SingleRedis[] = isCluster(redis) ? redis.nodes('master') : [redis];
+  for (const server of servers) {
+    for (const pattern of [`${prefix}:*`, `{${prefix}}:*`]) {
+      let cursor = '0';
+      do {
+        const [next, keys] = await server.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+        cursor = next;
+        if (keys.length) yield { server, keys };
+      } while (cursor !== '0');
+    }
+  }
+}
 
-/** Deletes every key under `${prefix}:` (test and benchmark runs clean up after themselves). */
+/** Deletes every key of a deployment (test and benchmark runs clean up after themselves). */
 export async function deleteByPrefix(redis: Redis, prefix: string): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length) await redis.unlink(...keys);
-  } while (cursor !== '0');
+  for await (const { server, keys } of deploymentKeys(redis, prefix)) {
+    // One key per command on a cluster: a multi-key UNLINK must stay within one slot.
+    if (isCluster(redis)) await Promise.all(keys.map((k) => server.unlink(k)));
+    else await server.unlink(...keys);
+  }
 }
 
 /** Whether an error means Redis or Postgres could not be reached or did not answer in time. */

@@ -5,6 +5,7 @@ import { JobFailure, type CallJobData, type CallResult, type ToolRunner } from '
 import { encodeFailure } from './failure.js';
 import { queueName } from './queues.js';
 import { connectRedis, type Redis } from './redis.js';
+import { queuePrefix } from './keyspace.js';
 import type { JobRecords } from './job-records.js';
 import type { ToolProgress } from '../tools/types.js';
 import type { JobEventLog, LoggedEvent } from './job-events.js';
@@ -117,7 +118,7 @@ export class WorkerPool {
       const fair = new FairShare(Math.max(1, Math.floor(concurrency * config.FAIR_SHARE)), concurrency);
       const worker = new Worker<CallJobData, CallResult>(queueName(family), (job, token) => this.fairly(fair, job, token), {
         connection: connectRedis(config.REDIS_URL),
-        prefix: config.REDIS_PREFIX,
+        prefix: queuePrefix(config.REDIS_PREFIX),
         concurrency,
         lockDuration: config.WORKER_LOCK_MS,
         stalledInterval: Math.max(500, Math.floor(config.WORKER_LOCK_MS / 2)),

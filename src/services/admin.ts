@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { Redis } from '../queue/redis.js';
 import { AppError } from '../errors.js';
 import { AccountSchema, type AccountsRepo } from '../db/accounts-repo.js';
 import { sql, type DatabasePool } from '../db/pool.js';

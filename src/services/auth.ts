@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { Redis } from '../queue/redis.js';
 import type { Logger } from 'pino';
 import { AppError } from '../errors.js';
 import type { AccountsRepo, KeyRecord } from '../db/accounts-repo.js';

@@ -1,4 +1,5 @@
-import type { Redis } from 'ioredis';
+import type { Redis } from '../queue/redis.js';
+import { accountTag } from '../queue/keyspace.js';
 import type { Config } from '../config.js';
 import { AppError } from '../errors.js';
 import type { Plan } from '../tools/types.js';
@@ -71,12 +72,17 @@ export class RateLimiter {
     return PLAN_RPM[plan];
   }
 
+  /** The subject's window, in its account's cluster slot (src/queue/keyspace.ts). */
+  key(subject: string): string {
+    return `${this.config.REDIS_PREFIX}:rl:${accountTag(subject)}:${subject}`;
+  }
+
   /**
    * Counts `weight` requests (default one) against `subject` (an account id, or `payer:<address>`);
    * throws rate_limited (429 + Retry-After) when they do not all fit in the window.
    */
   async hit(subject: string, limit: number, weight = 1): Promise<RateLimitState> {
-    const key = `${this.config.REDIS_PREFIX}:rl:${subject}`;
+    const key = this.key(subject);
     weight = Math.max(1, Math.floor(weight));
     const [admitted, remaining, resetMs] = await this.redis.tgSlide(1, key, limit, this.config.RATE_LIMIT_WINDOW_MS, `${this.node}:${++this.seq}`, weight);
     const state = { limit, remaining: Math.max(0, remaining), resetSeconds: Math.max(admitted ? 0 : 1, Math.ceil(resetMs / 1000)) };

@@ -8,6 +8,7 @@ import { ensureDatabase, openPool, type DatabasePool } from '../../src/db/pool.j
 import { AccountsRepo } from '../../src/db/accounts-repo.js';
 import { AdminService } from '../../src/services/admin.js';
 import { CreditReservations } from '../../src/money/holds.js';
+import { inFlightKey } from '../../src/access/in-flight.js';
 import { RedisServer, ServiceProcess, freePort, waitForHttp } from './rig.js';
 
 /**
@@ -30,6 +31,8 @@ let dbUrl: string;
 let pool: DatabasePool;
 let admin: AdminService;
 let adminRedis: Redis;
+/** The deployment's money keys (names only: src/queue/keyspace.ts says where each lives). */
+let moneyKeys: CreditReservations;
 let api: ServiceProcess;
 let workers: ServiceProcess[];
 let base: string;
@@ -47,7 +50,8 @@ beforeAll(async () => {
   adminRedis = new Redis(redis.url, { maxRetriesPerRequest: null });
   adminRedis.on('error', () => {});
   const accounts = new AccountsRepo(pool);
-  admin = new AdminService({ accounts, credits: new CreditReservations(adminRedis, PREFIX, accounts), redis: adminRedis, prefix: PREFIX });
+  moneyKeys = new CreditReservations(adminRedis, PREFIX, accounts);
+  admin = new AdminService({ accounts, credits: moneyKeys, redis: adminRedis, prefix: PREFIX });
 
   const port = await freePort();
   base = `http://127.0.0.1:${port}`;
@@ -207,9 +211,9 @@ async function idleState(accountIds: string[], keyIds: string[]): Promise<Idle> 
   let slots = 0;
   let availOk = true;
   for (const id of accountIds) {
-    holds += await adminRedis.hlen(`${PREFIX}:credit:holds:${id}`);
-    slots += await adminRedis.zcard(`${PREFIX}:inflight:${id}`);
-    const avail = await adminRedis.get(`${PREFIX}:credit:avail:${id}`);
+    holds += await adminRedis.hlen(moneyKeys.holdsKey(id));
+    slots += await adminRedis.zcard(inFlightKey(PREFIX, id));
+    const avail = await adminRedis.get(moneyKeys.availKey(id));
     if (avail !== null && Number(avail) !== (await credits(id))) availOk = false;
   }
   let claims = 0;

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startHarness, json, type Harness } from '../helpers/harness.js';
 import { registerSlowTools, sleepStarts } from '../helpers/slow-tools.js';
 import { waitUntil } from '../helpers/wait.js';
+import { inFlightKey } from '../../src/access/in-flight.js';
 
 registerSlowTools();
 
@@ -59,7 +60,7 @@ describe('jobs in flight per account', () => {
 
   it("reaps slots a dead process left behind (taken, never queued) once they are past the grace period", async () => {
     const a = await h.account('free', 0);
-    const key = `${h.config.REDIS_PREFIX}:inflight:${a.accountId}`;
+    const key = inFlightKey(h.config.REDIS_PREFIX, a.accountId);
     // As if an API process died between admission and enqueue, a minute ago.
     await h.container.redis.zadd(key, Date.now() - 60_000, 'web-00000000-0000-4000-8000-000000000001', Date.now() - 60_000, 'web-00000000-0000-4000-8000-000000000002');
     const res = await h.call('test_sleep', { ms: 1 }, a.apiKey);
@@ -69,7 +70,7 @@ describe('jobs in flight per account', () => {
 
   it("does not reap a slot whose job is still queued", async () => {
     const a = await h.account('free', 0);
-    const key = `${h.config.REDIS_PREFIX}:inflight:${a.accountId}`;
+    const key = inFlightKey(h.config.REDIS_PREFIX, a.accountId);
     const queued = await h.call('test_sleep', { ms: 1500 }, a.apiKey, async);
     const jobId = json(queued).job_id as string;
     // Age the live job's slot and fill the cap with a dead one.

@@ -11,6 +11,7 @@ import { originChecker } from '../../src/routes/mcp.js';
 import { SCENARIOS, passed, runScenario, startKeyProxy, type KeyProxy } from '../../scripts/conformance.js';
 import { TOOLS } from '../../src/tools/index.js';
 import { planRank, type Plan } from '../../src/tools/types.js';
+import { deploymentKeys } from '../../src/queue/redis.js';
 
 let h: Harness;
 let llm: FakeOpenAI;
@@ -289,10 +290,7 @@ describe('the MCP conformance suite (@modelcontextprotocol/conformance 0.1.13)',
 async function redisDump(harness: Harness): Promise<string> {
   const redis = harness.container.redis;
   const out: string[] = [];
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${harness.config.REDIS_PREFIX}:*`, 'COUNT', 1000);
-    cursor = next;
+  for await (const { keys } of deploymentKeys(redis, harness.config.REDIS_PREFIX)) {
     for (const key of keys) {
       const type = await redis.type(key);
       if (type === 'string') out.push((await redis.get(key)) ?? '');
@@ -302,7 +300,7 @@ async function redisDump(harness: Harness): Promise<string> {
       else if (type === 'set') out.push(JSON.stringify(await redis.smembers(key)));
       else if (type === 'stream') out.push(JSON.stringify(await redis.xrange(key, '-', '+')));
     }
-  } while (cursor !== '0');
+  }
   return out.join('\n');
 }
 

@@ -135,7 +135,7 @@ describe('money reconciler', () => {
     const subKey = sub.api_key as string;
     const keyId = sub.key_id as string;
     expect((await h.call('compute', { expression: '3 + 4' }, subKey)).statusCode).toBe(200);
-    const subuseKey = h.container.credits.subuseKey(keyId);
+    const subuseKey = h.container.credits.subuseKey(acct.accountId, keyId);
     expect(Number(await h.container.redis.get(subuseKey))).toBe(2);
 
     // A leaked hold against the sub-key's month, and a counter set wrong by hand.
@@ -164,7 +164,8 @@ describe('money reconciler', () => {
     expect(r.slots).toBeGreaterThanOrEqual(3);
     expect(await h.container.slots.count(acct.accountId)).toBe(0);
     expect(await h.container.slots.count('payer:0xabc')).toBe(0);
-    expect(await h.container.redis.sismember(`${h.config.REDIS_PREFIX}:inflight-owners`, acct.accountId)).toBe(0);
+    const [, owners] = h.container.slots.scriptKeys(acct.accountId).tgUnlistOwner;
+    expect(await h.container.redis.sismember(owners!, acct.accountId)).toBe(0);
   });
 
   it('two reconcilers at once: only one runs the pass', async () => {

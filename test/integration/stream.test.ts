@@ -5,6 +5,7 @@ import { deferred, startFakeOpenAI, type FakeOpenAI } from '../helpers/fake-open
 import { startFakeDns, type FakeDnsServer } from '../helpers/dns-server.js';
 import { startFakeCloudflare, type FakeCloudflare } from '../helpers/fake-cloudflare.js';
 import { randomBytes } from 'node:crypto';
+import { deploymentKeys } from '../../src/queue/redis.js';
 
 let h: Harness;
 let llm: FakeOpenAI;
@@ -370,18 +371,15 @@ describe('edge-network tokens in streamed flows', () => {
     expect(json(chain).error.failed_step.tool).toBe('cf_get_zone');
 
     const redis = h.container.redis;
-    let cursor = '0';
     const dump: string[] = [];
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${h.config.REDIS_PREFIX}:*`, 'COUNT', 1000);
-      cursor = next;
+    for await (const { keys } of deploymentKeys(redis, h.config.REDIS_PREFIX)) {
       for (const key of keys) {
         const type = await redis.type(key);
         if (type === 'string') dump.push(key, (await redis.get(key)) ?? '');
         else if (type === 'hash') dump.push(key, JSON.stringify(await redis.hgetall(key)));
         else if (type === 'stream') dump.push(key, JSON.stringify(await redis.xrange(key, '-', '+')));
       }
-    } while (cursor !== '0');
+    }
     expect(dump.some((k) => k.includes(`:events:${rootId}`))).toBe(true);
     expect(dump.join('\n')).not.toContain(EDGE_TOKEN);
     expect(h.logs.join('')).not.toContain(EDGE_TOKEN);
