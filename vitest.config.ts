@@ -4,7 +4,7 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     // The chaos suite kills and restarts processes and Redis: it runs on its own (npm run test:chaos).
-    exclude: ['test/chaos/**', 'node_modules/**'],
+    exclude: ['test/chaos/**', 'test/scale/**', 'node_modules/**'],
     globalSetup: ['test/helpers/global-setup.ts'],
     testTimeout: 30_000,
     hookTimeout: 60_000,
