@@ -110,6 +110,7 @@ function parseCommandstats(info: string): Map<string, number> {
 
 async function main() {
   const t0 = Date.now();
+  const load0 = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
   const ports = benchPorts();
   for (const [p, what] of [
     [ports.anchor, 'anchor'],
@@ -385,7 +386,7 @@ async function main() {
       w(`profiles: ${profDir}`);
     }
     w();
-    w(`breakdown took ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+    w(`breakdown took ${((Date.now() - t0) / 1000).toFixed(0)} s; load average at start ${load0}, at end ${readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')} (2 cores)`);
     process.stdout.write(out.join('\n') + '\n');
   } finally {
     for (const r of running) await r.stop().catch(() => {});

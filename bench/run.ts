@@ -16,6 +16,7 @@
  * (BENCH_ISOLATION=0 skips it) and the tools' worst cases. Cleans up its accounts and Redis keys.
  */
 import { fork } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { once } from 'node:events';
 import { randomBytes } from 'node:crypto';
 import { Queue, QueueEvents } from 'bullmq';
@@ -32,6 +33,7 @@ import { protocolBench } from './protocol.js';
 import {
   assertPortFree,
   benchPorts,
+  cpuMs,
   children,
   deleteAccounts,
   drive,
@@ -60,6 +62,7 @@ const log = (s: string) => process.stderr.write(`[bench ${new Date().toISOString
 
 async function main() {
   const t0 = Date.now();
+  const load0 = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
   const ports = benchPorts();
   await assertPortFree(ports.anchor, 'anchor');
   await assertPortFree(ports.service, 'service');
@@ -108,6 +111,8 @@ async function main() {
     children.push(baselineWorker);
     await once(baselineWorker, 'message');
     queue = new Queue(bq, { connection: plain, prefix });
+    // waitUntilFinished listens for the queue's closing once per job in flight (50 at a time).
+    queue.setMaxListeners(200);
     events = new QueueEvents(bq, { connection: { url: config.REDIS_URL } as never, prefix });
     await events.waitUntilReady();
     const q = queue;
@@ -126,11 +131,18 @@ async function main() {
     type Series = Map<number, Stats[]>;
     const series = { service: new Map() as Series, anchor: new Map() as Series, bare: new Map() as Series };
     const ops = { service: serviceOp, anchor: anchorOp, bare: baselineOp };
+    // CPU per call of the processes behind each front (all threads, /proc): unlike req/s, it holds
+    // still when other work shares the machine.
+    const pidsOf = { service: [service.api.pid!], anchor: [anchor.api.pid!, anchor.worker!.pid!], bare: [process.pid, baselineWorker.pid!] };
+    const cpuPerCall = { service: new Map<number, number[]>(), anchor: new Map<number, number[]>(), bare: new Map<number, number[]>() };
+    const cpuOf = (who: keyof typeof pidsOf) => pidsOf[who].reduce((a, p) => a + cpuMs(p), 0);
     for (let round = 0; round < ROUNDS; round++) {
       for (const who of ['service', 'anchor', 'bare'] as const) {
         log(`round ${round + 1}/${ROUNDS}: ${who}`);
         for (const level of LEVELS) {
+          const c0 = cpuOf(who);
           const s = await drive(level, COUNT[level]!, ops[who]);
+          cpuPerCall[who].set(level, [...(cpuPerCall[who].get(level) ?? []), (cpuOf(who) - c0) / s.n]);
           series[who].set(level, [...(series[who].get(level) ?? []), s]);
         }
       }
@@ -207,6 +219,12 @@ async function main() {
       w(`              bare     ${fmt(ba)}   service/bare ${(sv.rps / ba.rps).toFixed(2)}     (rounds ${rounds('bare')})`);
     }
     w();
+    w('CPU ms per call (user + system, all threads; service: its one process; anchor: server + worker; bare: bench process + worker), medians');
+    for (const level of LEVELS) {
+      const c = (who: keyof typeof cpuPerCall) => median(cpuPerCall[who].get(level)!);
+      w(`in flight ${String(level).padStart(2)}  service ${c('service').toFixed(3)}  anchor ${c('anchor').toFixed(3)}  bare ${c('bare').toFixed(3)}   service/anchor ${(c('service') / c('anchor')).toFixed(1)}x`);
+    }
+    w();
     for (const level of LEVELS) w(`in flight ${String(level).padStart(2)}  service + worker process (one run)  ${fmt(splitStats.get(level)!)}`);
     for (const r of proto.rows) w(r);
 
@@ -241,7 +259,8 @@ async function main() {
       for (const r of limitRows) w(r);
     }
     w();
-    w(`bench took ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+    const load1 = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+    w(`bench took ${((Date.now() - t0) / 1000).toFixed(0)} s; load average at start ${load0}, at end ${load1} (2 cores: above 2, other work shared the machine)`);
     process.stdout.write(out.join('\n') + '\n');
   } finally {
     for (const r of running) await r.stop().catch(() => {});
