@@ -16,6 +16,9 @@
  *    worker process (utime + stime of all threads, /proc/<pid>/stat), redis-server and Postgres (every
  *    `postgres` process on the machine), and req/s.
  *
+ * Then the same for a chain of three (POST / with chain: [compute x3]), half as many operations, per
+ * operation; BENCH_BREAKDOWN_CHAIN=0 skips it.
+ *
  * BENCH_CPU_PROF=1 starts the children with `node --cpu-prof` and prints, per process, the top 25
  * functions by self time over the timing phase's samples only (bench/cpuprofile.ts).
  */
@@ -43,6 +46,7 @@ const IN_FLIGHT = Number(process.env.BENCH_BREAKDOWN_IN_FLIGHT ?? 10);
 const WARMUP = Number(process.env.BENCH_BREAKDOWN_WARMUP ?? 1500);
 const PROFILE = process.env.BENCH_CPU_PROF === '1';
 const IDLE_MS = 3000;
+const CHAIN = process.env.BENCH_BREAKDOWN_CHAIN !== '0';
 
 const log = (s: string) => process.stderr.write(`[breakdown ${new Date().toISOString().slice(11, 19)}] ${s}\n`);
 const inc = <K>(m: Map<K, number>, k: K, n = 1) => m.set(k, (m.get(k) ?? 0) + n);
@@ -187,12 +191,15 @@ async function main() {
     const preload = ['--import', new URL('./script-names.mjs', import.meta.url).pathname];
     const nodeArgs = [...preload, ...(PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : [])];
 
-    const measure = async (label: string, r: Running): Promise<Result> => {
+    const chainBody = JSON.stringify({ chain: ['compute', 'compute', 'compute'], q: '2 * (3 + 4)' });
+    const measure = async (label: string, r: Running, chain = false): Promise<Result> => {
       const post = poster(r.client, headers);
-      const op = () => post('/tools/compute', body).then(() => {});
+      const op = chain ? () => post('/', chainBody).then(() => {}) : () => post('/tools/compute', body).then(() => {});
       const pids = { api: r.api.pid!, worker: r.worker!.pid! };
-      log(`${label}: warm-up ${WARMUP} calls`);
-      await drive(IN_FLIGHT, WARMUP, op);
+      const n = chain ? Math.ceil(CALLS / 2) : CALLS;
+      const warm = chain ? Math.ceil(WARMUP / 5) : WARMUP;
+      log(`${label}: warm-up ${warm} calls`);
+      await drive(IN_FLIGHT, warm, op);
 
       // Counting phase.
       const sha = new Map<string, string>();
@@ -239,8 +246,8 @@ async function main() {
       proxy.reset();
       proxy.counting = true;
       counting = true;
-      log(`${label}: counting phase, ${CALLS} calls at ${IN_FLIGHT} in flight (MONITOR on)`);
-      const c = await drive(IN_FLIGHT, CALLS, op);
+      log(`${label}: counting phase, ${n} ${chain ? 'operations' : 'calls'} at ${IN_FLIGHT} in flight (MONITOR on)`);
+      const c = await drive(IN_FLIGHT, n, op);
       // Settlements and acks in flight; Postgres flushes its statistics at most once a second.
       await new Promise((res) => setTimeout(res, 1200));
       counting = false;
@@ -272,10 +279,10 @@ async function main() {
       }
 
       // Timing phase.
-      log(`${label}: timing phase, ${CALLS} calls at ${IN_FLIGHT} in flight`);
+      log(`${label}: timing phase, ${n} ${chain ? 'operations' : 'calls'} at ${IN_FLIGHT} in flight`);
       const cpu0 = { api: cpuMs(pids.api), worker: cpuMs(pids.worker), redis: cpuMs(redisServer.pid!), postgres: cpuMsOfComm('postgres') };
       const w0 = nowUs();
-      const t = await drive(IN_FLIGHT, CALLS, op);
+      const t = await drive(IN_FLIGHT, n, op);
       const w1 = nowUs();
       const cpu = {
         api: cpuMs(pids.api) - cpu0.api,
@@ -283,13 +290,15 @@ async function main() {
         redis: cpuMs(redisServer.pid!) - cpu0.redis,
         postgres: cpuMsOfComm('postgres') - cpu0.postgres,
       };
-      return { label, calls: CALLS, sent, bytes, lua, inner, commandstats, idleSentPerSec, sql, sqlTrips, commits, cpu, rps: t.rps, countRps: c.rps, window: [w0, w1], pids };
+      return { label, calls: n, sent, bytes, lua, inner, commandstats, idleSentPerSec, sql, sqlTrips, commits, cpu, rps: t.rps, countRps: c.rps, window: [w0, w1], pids };
     };
 
     log('service: WORKERS=off API + core worker process');
     const service = await startService({ port: ports.service, split: true, env, nodeArgs });
     running.push(service);
     results.push(await measure('service', service));
+    // The same service, a chain of three (POST /) per operation (BENCH_BREAKDOWN_CHAIN=0 skips it).
+    if (CHAIN) results.push(await measure('chain of 3', service, true));
     await service.stop();
     running.pop();
 
@@ -303,39 +312,53 @@ async function main() {
     // ---- report ----
     const out: string[] = [];
     const w = (s = '') => out.push(s);
-    const [sv, an] = results as [Result, Result];
+    const sv = results.find((r) => r.label === 'service')!;
+    const an = results.find((r) => r.label === 'anchor')!;
+    const ch = results.find((r) => r.label === 'chain of 3');
     const per = (n: number, r: Result) => n / r.calls;
     const sum = (m: Map<string, number> | undefined) => [...(m ?? new Map<string, number>()).values()].reduce((a, b) => a + b, 0);
     const sentBy = (r: Result, o: string) => sum(r.sent.get(o));
     const luaCalls = (r: Result) => sum(r.lua);
     const statsTotal = (r: Result) => sum(r.commandstats) - (r.commandstats.has('info') ? 1 : 0) - (r.commandstats.get('config|resetstat') ?? 0);
     const sqlBy = (r: Result, o: string) => sum(r.sql.get(o));
-    const row = (label: string, a: number, b: number, digits = 2) =>
-      w(`${label.padEnd(46)} ${a.toFixed(digits).padStart(9)} ${b.toFixed(digits).padStart(9)}${b > 0 ? `   ${(a / b).toFixed(1).padStart(5)}x` : ''}`);
+    // The chain's column is per operation (three paid calls).
+    let chainCell = '';
+    const row = (label: string, a: number, b: number, digits = 2) => {
+      w(`${label.padEnd(46)} ${a.toFixed(digits).padStart(9)} ${b.toFixed(digits).padStart(9)}${b > 0 ? `   ${(a / b).toFixed(1).padStart(5)}x` : '         '}${chainCell}`);
+      chainCell = '';
+    };
+    const withChain = (f: (r: Result) => number, digits = 2) => {
+      if (ch) chainCell = `   ${(f(ch) / ch.calls).toFixed(digits).padStart(9)}`;
+    };
+    const row3 = (label: string, f: (r: Result) => number, digits = 2) => {
+      withChain(f, digits);
+      row(label, f(sv) / sv.calls, f(an) / an.calls, digits);
+    };
     w();
     w(`Per-call cost: paid POST /tools/compute (service, split: API + core worker process) against the anchor`);
     w(`${CALLS} calls at ${IN_FLIGHT} in flight per phase after ${WARMUP} warm-up calls; private redis-server, Postgres through a counting proxy`);
     w(`counting phase ${sv.countRps.toFixed(0)} / ${an.countRps.toFixed(0)} req/s (MONITOR on); timing phase ${sv.rps.toFixed(0)} / ${an.rps.toFixed(0)} req/s`);
+    if (ch) w(`chain op = one POST / with a chain of three compute calls (three paid calls), per operation; ${ch.rps.toFixed(0)} ops/s in its timing phase`);
     w();
-    w(`${''.padEnd(46)} ${'service'.padStart(9)} ${'anchor'.padStart(9)}   ratio`);
-    row('Redis commands sent by the API process', per(sentBy(sv, 'api'), sv), per(sentBy(an, 'api'), an));
-    row('Redis commands sent by the worker process', per(sentBy(sv, 'worker'), sv), per(sentBy(an, 'worker'), an));
-    row('Redis commands sent, other connections', per(sentBy(sv, 'other'), sv), per(sentBy(an, 'other'), an));
-    row('Redis arg bytes sent by API (MONITOR text)', per(sv.bytes.get('api') ?? 0, sv), per(an.bytes.get('api') ?? 0, an), 0);
-    row('Redis arg bytes sent by worker (MONITOR text)', per(sv.bytes.get('worker') ?? 0, sv), per(an.bytes.get('worker') ?? 0, an), 0);
-    row('Lua script calls (evalsha/eval/fcall)', per(luaCalls(sv), sv), per(luaCalls(an), an));
-    row('Redis commands run inside Lua scripts', per(sum(sv.inner), sv), per(sum(an.inner), an));
-    row('Redis commands executed (INFO commandstats)', per(statsTotal(sv), sv), per(statsTotal(an), an));
-    row('SQL statements, API process', per(sqlBy(sv, 'api'), sv), 0);
-    row('SQL statements, worker process', per(sqlBy(sv, 'worker'), sv), 0);
-    row('SQL statements, other connections', per(sqlBy(sv, 'other'), sv), 0);
-    row('Postgres round trips (Sync + Query)', per(sum(sv.sqlTrips), sv), 0);
-    row('Postgres commits (pg_stat_database)', per(sv.commits, sv), per(an.commits, an));
-    row('CPU ms, API process (all threads)', per(sv.cpu.api, sv), per(an.cpu.api, an), 3);
-    row('CPU ms, worker process (all threads)', per(sv.cpu.worker, sv), per(an.cpu.worker, an), 3);
-    row('CPU ms, redis-server', per(sv.cpu.redis, sv), per(an.cpu.redis, an), 3);
-    row('CPU ms, Postgres (every postgres process)', per(sv.cpu.postgres, sv), per(an.cpu.postgres, an), 3);
-    row('CPU ms, all of the above', per(Object.values(sv.cpu).reduce((a, b) => a + b), sv), per(Object.values(an.cpu).reduce((a, b) => a + b), an), 3);
+    w(`${''.padEnd(46)} ${'service'.padStart(9)} ${'anchor'.padStart(9)}   ratio${ch ? `   ${'chain op'.padStart(9)}` : ''}`);
+    row3('Redis commands sent by the API process', (r) => sentBy(r, 'api'));
+    row3('Redis commands sent by the worker process', (r) => sentBy(r, 'worker'));
+    row3('Redis commands sent, other connections', (r) => sentBy(r, 'other'));
+    row3('Redis arg bytes sent by API (MONITOR text)', (r) => r.bytes.get('api') ?? 0, 0);
+    row3('Redis arg bytes sent by worker (MONITOR text)', (r) => r.bytes.get('worker') ?? 0, 0);
+    row3('Lua script calls (evalsha/eval/fcall)', luaCalls);
+    row3('Redis commands run inside Lua scripts', (r) => sum(r.inner));
+    row3('Redis commands executed (INFO commandstats)', statsTotal);
+    row3('SQL statements, API process', (r) => sqlBy(r, 'api'));
+    row3('SQL statements, worker process', (r) => sqlBy(r, 'worker'));
+    row3('SQL statements, other connections', (r) => sqlBy(r, 'other'));
+    row3('Postgres round trips (Sync + Query)', (r) => sum(r.sqlTrips));
+    row3('Postgres commits (pg_stat_database)', (r) => r.commits);
+    row3('CPU ms, API process (all threads)', (r) => r.cpu.api, 3);
+    row3('CPU ms, worker process (all threads)', (r) => r.cpu.worker, 3);
+    row3('CPU ms, redis-server', (r) => r.cpu.redis, 3);
+    row3('CPU ms, Postgres (every postgres process)', (r) => r.cpu.postgres, 3);
+    row3('CPU ms, all of the above', (r) => Object.values(r.cpu).reduce((a, b) => a + b), 3);
 
     const fmtMap = (m: Map<string, number> | undefined, calls: number, min = 0.005) =>
       [...(m ?? new Map())]
@@ -372,7 +395,7 @@ async function main() {
           }
           const summaries = files.map((f) => summarise(f.file, pid, f.thread, r.window));
           w();
-          for (const l of formatSummary(`CPU profile, ${r.label} ${proc} process, main thread`, summaries[0]!, r.calls)) w(l);
+          for (const l of formatSummary(`CPU profile, ${r.label} ${proc} process, main thread${r === ch ? ' (per operation of three calls)' : ''}`, summaries[0]!, r.calls, r === ch ? 15 : 25)) w(l);
           const others = summaries.slice(1);
           if (others.length) {
             const busy = others.reduce((a, s) => a + s.busyMs, 0);
