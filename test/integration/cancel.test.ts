@@ -6,6 +6,7 @@ import { startHarness, json, type Harness, type TestAccount } from '../helpers/h
 import { registerSlowTools, signalWaits } from '../helpers/slow-tools.js';
 import { sql } from '../../src/db/pool.js';
 import { waitUntil } from '../helpers/wait.js';
+import { inFlightKey } from '../../src/access/in-flight.js';
 
 registerSlowTools();
 
@@ -82,7 +83,7 @@ describe('DELETE /jobs/{id}', () => {
     const a = await h.account('pro', 100);
     const sync = h.call('test_wait_signal', { ms: 30_000, tag: 'running-1' }, a.apiKey);
     await waitUntil(async () => signalWaits.has('running-1'));
-    const job = (await h.container.redis.zrange(`${h.config.REDIS_PREFIX}:inflight:${a.accountId}`, 0, -1))[0]!;
+    const job = (await h.container.redis.zrange(inFlightKey(h.config.REDIS_PREFIX, a.accountId), 0, -1))[0]!;
     const t0 = Date.now();
     const r = await del(job, a.apiKey);
     expect(r.statusCode).toBe(200);

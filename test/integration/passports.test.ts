@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LightMyRequestResponse } from 'fastify';
 import { findTool } from '../../src/tools/index.js';
 import { json, startHarness, type Harness, type TestAccount } from '../helpers/harness.js';
+import { accountTag } from '../../src/queue/keyspace.js';
 
 /**
  * passport_store and passport_send through the whole path (HTTP, queue, worker, settlement), with
@@ -118,7 +119,7 @@ describe('passport_store', () => {
     const b = await account();
     const put = ok('passport_store', await store({ action: 'put', content: 'short-lived', ttl_s: 60 }, b.apiKey));
     expect(Date.parse(put.expires_at) - Date.now()).toBeLessThanOrEqual(60_000);
-    const key = `${h.config.REDIS_PREFIX}:pp:${b.accountId}:p:${put.handle}`;
+    const key = `${h.config.REDIS_PREFIX}:pp:${accountTag(b.accountId)}:${b.accountId}:p:${put.handle}`;
     const pttl = await h.container.redis!.pttl(key);
     expect(pttl).toBeGreaterThan(45_000);
     expect(pttl).toBeLessThanOrEqual(60_000);

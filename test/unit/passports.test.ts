@@ -6,6 +6,10 @@ import { ConfigError } from '../../src/config.js';
 import { isAppError } from '../../src/errors.js';
 import { PassportService, passportKey, predecessorsFrom, recipientsFrom, type PassportDeps, type PassportScope } from '../../src/access/passports.js';
 import type { KeyInfo } from '../../src/db/accounts-repo.js';
+import { accountTag } from '../../src/queue/keyspace.js';
+
+/** An account's passport namespace as the service names it (in its account's cluster slot). */
+const ns = (prefix: string, accountId: string) => `${prefix}:pp:${accountTag(accountId)}:${accountId}`;
 
 /** The passport service against a real Redis, each test under its own random prefix. */
 
@@ -108,7 +112,7 @@ describe('at rest', () => {
     await svc.send(other, { to: 'self', content: 'SECOND-SECRET-55' });
     const keys = await keysUnder(prefix);
     expect(keys.length).toBeGreaterThanOrEqual(6);
-    for (const k of keys) expect(k.startsWith(`${prefix}:pp:${s.accountId}:`)).toBe(true);
+    for (const k of keys) expect(k.startsWith(`${ns(prefix, s.accountId)}:`)).toBe(true);
     for (const k of keys) {
       const type = await redis.type(k);
       const values: Buffer[] =
@@ -127,17 +131,17 @@ describe('at rest', () => {
     const a = scope();
     const b = scope();
     const put = await svc.put(a, { content: 'secret' });
-    const src = `${prefix}:pp:${a.accountId}:p:${put.handle}`;
+    const src = `${ns(prefix, a.accountId)}:p:${put.handle}`;
     // Copy A's record into B's namespace under the same handle, and into A's under another handle.
     const fake = `pp_${'A'.repeat(32)}`;
-    await redis.copy(src, `${prefix}:pp:${b.accountId}:p:${put.handle}`);
-    await redis.copy(src, `${prefix}:pp:${a.accountId}:p:${fake}`);
+    await redis.copy(src, `${ns(prefix, b.accountId)}:p:${put.handle}`);
+    await redis.copy(src, `${ns(prefix, a.accountId)}:p:${fake}`);
     expect(await code(svc.get(b, put.handle))).toBe('not_found');
     expect(await code(svc.get(a, fake))).toBe('not_found');
     const other = new PassportService({ redis, config: { ...config, PASSPORT_KEY: randomBytes(32).toString('base64') } });
     expect(await code(other.get(a, put.handle))).toBe('not_found');
     expect((await svc.get(a, put.handle)).content).toBe('secret');
-    await redis.del(`${prefix}:pp:${b.accountId}:p:${put.handle}`, `${prefix}:pp:${a.accountId}:p:${fake}`);
+    await redis.del(`${ns(prefix, b.accountId)}:p:${put.handle}`, `${ns(prefix, a.accountId)}:p:${fake}`);
   });
 
   it('PASSPORT_KEY: hex or base64 of 32 bytes; anything else is a config error; unset, one random key per process, warned once', () => {
@@ -203,7 +207,7 @@ describe('expiry and the per-account cap', () => {
     const s = scope();
     const p1 = await svc.put(s, { content: 'one', ttl_s: 60 });
     await svc.put(s, { content: 'two', ttl_s: 60 });
-    const key = `${prefix}:pp:${s.accountId}:p:${p1.handle}`;
+    const key = `${ns(prefix, s.accountId)}:p:${p1.handle}`;
     const ttl = await redis.pttl(key);
     expect(ttl).toBeGreaterThan(55_000);
     expect(ttl).toBeLessThanOrEqual(60_000);
@@ -383,8 +387,8 @@ describe('rotation', () => {
     const d3 = await svc.send(from, { to: newKey, content: 'three', ttl_s: 120 });
     const inbox = await svc.inbox(scope(accountId, newKey));
     expect(inbox.deliveries.map((d) => d.delivery_id)).toEqual([d3.delivery_id, d1.delivery_id, d2.delivery_id]);
-    const set = `${prefix}:pp:${accountId}:inbox:${newKey}`;
-    expect(await redis.exists(`${prefix}:pp:${accountId}:inbox:${oldKey}`)).toBe(0);
+    const set = `${ns(prefix, accountId)}:inbox:${newKey}`;
+    expect(await redis.exists(`${ns(prefix, accountId)}:inbox:${oldKey}`)).toBe(0);
     const pttl = await redis.pttl(set);
     expect(pttl).toBeGreaterThan(590_000);
     expect(pttl).toBeLessThanOrEqual(600_000);
