@@ -29,6 +29,7 @@ import { CreditReservations } from '../src/money/holds.js';
 import { AdminService } from '../src/services/admin.js';
 import { checkServices, runMigrations, makeLogger } from '../src/bootstrap.js';
 import { toolLimitRows } from './tool-limits.js';
+import { componentRows } from './components.js';
 import { protocolBench } from './protocol.js';
 import {
   assertPortFree,
@@ -199,6 +200,8 @@ async function main() {
 
     log('tool limits');
     const limitRows = await toolLimitRows(config);
+    log('components (scale plan)');
+    const componentLines = await componentRows(config);
 
     // ---- report ----
     const out: string[] = [];
@@ -253,6 +256,9 @@ async function main() {
           `event loop (ISOLATION=off) ${isolation.off.map((x) => x.toFixed(0)).join(', ')} req/s; ratio of medians ${iso.toFixed(2)} (goal >= 0.90)`,
       );
     }
+    w();
+    w('Components in isolation (README, Scaling out)');
+    for (const r of componentLines) w(`  ${r}`);
     if (limitRows.length) {
       w();
       w('Worst case per tool (largestInput in the sandbox pool, against its time limit)');
