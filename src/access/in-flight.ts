@@ -3,6 +3,7 @@ import { ACCOUNT_SHARDS, accountTag, shardTag } from '../queue/keyspace.js';
 import type { Config } from '../config.js';
 import { AppError } from '../errors.js';
 import type { Plan } from '../tools/types.js';
+import type { SlotClaim } from '../money/holds.js';
 
 /** Jobs in flight (queued or running) each account may have, by plan; enterprise is set per account. */
 export const PLAN_MAX_IN_FLIGHT: Record<Exclude<Plan, 'enterprise'>, number> = { free: 2, starter: 5, pro: 20 };
@@ -33,6 +34,18 @@ return 0
 /** An owner's slots (a sorted set), in its account's cluster slot (src/queue/keyspace.ts). */
 export function inFlightKey(prefix: string, owner: string): string {
   return `${prefix}:inflight:${accountTag(owner)}:${owner}`;
+}
+
+/** 429 concurrency_limited for an owner with `count` of its `cap` jobs in flight asking for `n` more. */
+function concurrencyLimited(count: number, cap: number, n: number): AppError {
+  return new AppError(
+    'concurrency_limited',
+    `This account already has ${count} of its ${cap} jobs in flight` +
+      (n > 1 ? ` and this request needs ${n} more` : '') +
+      '; retry when one finishes (GET /jobs/{id} shows them).',
+    { max_in_flight: cap, in_flight: count, retry_after: 1 },
+    { headers: { 'retry-after': '1' } },
+  );
 }
 
 type Scripted = Redis & {
@@ -98,15 +111,22 @@ export class InFlightSlots {
     const args = [cap, Date.now(), jobIds.length, ...jobIds, owner];
     let [ok, count] = await this.redis.tgTakeSlots(2, ...this.scriptKeys(owner).tgTakeSlots, ...args);
     if (!ok && (await this.reap(owner))) [ok, count] = await this.redis.tgTakeSlots(2, ...this.scriptKeys(owner).tgTakeSlots, ...args);
-    if (ok) return;
-    throw new AppError(
-      'concurrency_limited',
-      `This account already has ${count} of its ${cap} jobs in flight` +
-        (jobIds.length > 1 ? ` and this request needs ${jobIds.length} more` : '') +
-        '; retry when one finishes (GET /jobs/{id} shows them).',
-      { max_in_flight: cap, in_flight: count, retry_after: 1 },
-      { headers: { 'retry-after': '1' } },
-    );
+    if (!ok) throw concurrencyLimited(count, cap, jobIds.length);
+  }
+
+  /**
+   * The same slots, for an admission that takes them in one script with its credit holds
+   * (CreditReservations.reserve): an account's slots share its money keys' cluster slot.
+   */
+  claim(owner: string, cap: number, jobIds: string[]): SlotClaim {
+    return {
+      keys: this.scriptKeys(owner).tgTakeSlots,
+      owner,
+      cap,
+      jobIds,
+      reap: async () => (await this.reap(owner)) > 0,
+      refuse: (count) => concurrencyLimited(count, cap, jobIds.length),
+    };
   }
 
   /** Gives slots back. Safe to repeat: a slot already given back is skipped. */

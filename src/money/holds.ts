@@ -37,31 +37,47 @@ local function nowMs()
 end
 `;
 
-// KEYS: avail, holds, subuse (without a sub-key, an unused name in the account's slot), accounts
-// ARGV: limit(-1 = no sub-key), n, then n pairs of holdId, amount, then accountId
+// Admission of a request's jobs, in one script: a slot in flight per job under the owner's cap, and
+// the holds of the paid ones against avail (and the sub-key's month). All or nothing. The slot keys
+// are InFlightSlots' (src/access/in-flight.ts), in the same account slot.
+// KEYS: avail, holds, subuse (without a sub-key, an unused name in the account's slot), accounts, slots, owners
+// ARGV: limit(-1 = no sub-key), n, then n pairs of holdId, amount, then accountId, cap, now, m, m slot ids, owner
+// Returns {1, avail after (-1 without holds)}, {0, avail} short of credit, {-1} avail not loaded,
+// {-2} sub-key month not loaded, {-3, used} over the month, {-4, count} at the cap of jobs in flight.
 const RESERVE = `${PARSE}
-local avail = redis.call('GET', KEYS[1])
-if not avail then return {-1, 0} end
-local total = 0
 local n = tonumber(ARGV[2])
+local a = 3 + 2 * n
+local cap, at, m = tonumber(ARGV[a + 1]), ARGV[a + 2], tonumber(ARGV[a + 3])
+local count = redis.call('ZCARD', KEYS[5])
+if count + m > cap then return {-4, count} end
+local total = 0
 for i = 1, n do total = total + tonumber(ARGV[2 + 2 * i]) end
-if tonumber(avail) < total then return {0, tonumber(avail)} end
+local avail = -1
 local limit = tonumber(ARGV[1])
 local sub = ''
-if limit >= 0 then
-  local used = redis.call('GET', KEYS[3])
-  if not used then return {-2, 0} end
-  if tonumber(used) + total > limit then return {-3, tonumber(used)} end
-  redis.call('INCRBY', KEYS[3], total)
-  sub = KEYS[3]
+if n > 0 then
+  avail = redis.call('GET', KEYS[1])
+  if not avail then return {-1, 0} end
+  avail = tonumber(avail)
+  if avail < total then return {0, avail} end
+  if limit >= 0 then
+    local used = redis.call('GET', KEYS[3])
+    if not used then return {-2, 0} end
+    if tonumber(used) + total > limit then return {-3, tonumber(used)} end
+    redis.call('INCRBY', KEYS[3], total)
+    sub = KEYS[3]
+  end
+  redis.call('DECRBY', KEYS[1], total)
+  local now = nowMs()
+  for i = 1, n do
+    redis.call('HSET', KEYS[2], ARGV[1 + 2 * i], ARGV[2 + 2 * i] .. '|' .. sub .. '|' .. now)
+  end
+  redis.call('SADD', KEYS[4], ARGV[a])
+  avail = avail - total
 end
-redis.call('DECRBY', KEYS[1], total)
-local now = nowMs()
-for i = 1, n do
-  redis.call('HSET', KEYS[2], ARGV[1 + 2 * i], ARGV[2 + 2 * i] .. '|' .. sub .. '|' .. now)
-end
-redis.call('SADD', KEYS[4], ARGV[3 + 2 * n])
-return {1, tonumber(avail) - total}
+for i = 1, m do redis.call('ZADD', KEYS[5], at, ARGV[a + 3 + i]) end
+if m > 0 then redis.call('SADD', KEYS[6], ARGV[a + 4 + m]) end
+return {1, avail}
 `;
 
 // Gives holds back (failed calls, holds of jobs that never were queued). Idempotent: a hold already
@@ -208,6 +224,19 @@ export interface Hold {
   amount: number;
 }
 
+/** The slots in flight an admission takes with its holds (InFlightSlots.claim, src/access/in-flight.ts). */
+export interface SlotClaim {
+  /** The owner's slots and its shard's owner registry, in the account's cluster slot. */
+  keys: string[];
+  owner: string;
+  cap: number;
+  jobIds: string[];
+  /** At the cap: drops dead slots; true when some went (admission is then tried once more). */
+  reap: () => Promise<boolean>;
+  /** The 429 for an owner at its cap with `count` jobs in flight. */
+  refuse: (count: number) => Error;
+}
+
 export interface SubKeyLimit {
   keyId: string;
   monthlyLimitCents: number;
@@ -218,7 +247,7 @@ function monthTag(d = new Date()): string {
 }
 
 type Scripted = Redis & {
-  tgReserve(keys: 4, ...args: Array<string | number>): Promise<[number, number]>;
+  tgReserve(keys: 6, ...args: Array<string | number>): Promise<[number, number]>;
   tgRelease(keys: 2, ...args: string[]): Promise<number>;
   tgSettled(keys: 2, ...args: string[]): Promise<number>;
   tgTopup(keys: 2, ...args: Array<string | number>): Promise<number>;
@@ -340,17 +369,20 @@ export class CreditReservations {
   }
 
   /**
-   * Reserves every hold at once or none. Throws insufficient_credits / monthly_limit_exceeded.
-   * Returns the credits still available after the holds.
+   * Admits a request's jobs: their slots in flight and the holds of the paid ones, all at once or
+   * none, in one script. Throws concurrency_limited (after reaping dead slots once),
+   * insufficient_credits or monthly_limit_exceeded. Returns the credits still available after the
+   * holds (-1 when there were none).
    */
-  async reserve(accountId: string, holds: Hold[], sub: SubKeyLimit | null): Promise<number> {
+  async reserve(accountId: string, holds: Hold[], sub: SubKeyLimit | null, slots: SlotClaim = this.noSlots(accountId)): Promise<number> {
     const total = holds.reduce((s, h) => s + h.amount, 0);
-    const keys = this.scriptKeys(accountId, sub?.keyId ?? null).tgReserve;
+    const keys = [...this.scriptKeys(accountId, sub?.keyId ?? null).tgReserve, ...slots.keys];
     const args: Array<string | number> = [sub ? sub.monthlyLimitCents : -1, holds.length];
     for (const h of holds) args.push(h.holdId, h.amount);
-    args.push(accountId);
+    args.push(accountId, slots.cap, Date.now(), slots.jobIds.length, ...slots.jobIds, slots.owner);
+    let reaped = false;
     for (let attempt = 0; attempt < 5; attempt++) {
-      const [status, value] = await this.redis.tgReserve(4, ...keys, ...args);
+      const [status, value] = await this.redis.tgReserve(6, ...keys, ...args);
       if (status === 1) return value;
       if (status === 0) {
         throw new AppError('insufficient_credits', `This call costs ${total} cents; ${Math.max(value, 0)} cents are available. Top up to continue.`, {
@@ -365,10 +397,20 @@ export class CreditReservations {
           required_cents: total,
         });
       }
+      if (status === -4) {
+        if (reaped || !(await slots.reap())) throw slots.refuse(value);
+        reaped = true;
+      }
       if (status === -1) await this.loadAvail(accountId);
       if (status === -2) await this.loadSubuse(accountId, sub!.keyId);
     }
     throw new AppError('service_unavailable', 'Could not reserve credits, please retry', { retry_after: 1 }, { headers: { 'retry-after': '1' } });
+  }
+
+  /** Holds without slots (operators' and tests' use): no job ids, and two unused names in the account's slot. */
+  private noSlots(accountId: string): SlotClaim {
+    const unused = `${this.prefix}:credit:noslots:${accountTag(accountId)}`;
+    return { keys: [unused, unused], owner: accountId, cap: 0, jobIds: [], reap: async () => false, refuse: () => new Error('unreachable: no slots asked') };
   }
 
   private async loadAvail(accountId: string): Promise<void> {

@@ -125,19 +125,13 @@ export class CallService {
 
   private async admit(caller: Caller, jobs: Array<{ jobId: string; data: CallJobData }>): Promise<void> {
     const owner = slotOwner(jobs[0]!.data)!;
-    const cap = caller.kind === 'key' ? this.deps.slots.capFor(caller.plan, caller.maxInFlight) : PLAN_MAX_IN_FLIGHT.pro;
     const ids = jobs.map((j) => j.jobId);
-    await this.deps.slots.take(owner, cap, ids);
-    if (caller.kind !== 'key') return;
+    if (caller.kind !== 'key') return this.deps.slots.take(owner, PLAN_MAX_IN_FLIGHT.pro, ids);
+    // A key's caller: slots and credit holds in one script (its slots live in its account's slot).
+    const cap = this.deps.slots.capFor(caller.plan, caller.maxInFlight);
     const holds = jobs.filter((j) => j.data.priceCents > 0).map((j) => ({ holdId: j.jobId, amount: j.data.priceCents }));
-    if (!holds.length) return;
-    const sub = caller.subKey ? { keyId: caller.subKey.keyId, monthlyLimitCents: caller.subKey.monthlyLimitCents } : null;
-    try {
-      await this.deps.credits.reserve(caller.accountId, holds, sub);
-    } catch (e) {
-      await this.deps.slots.release(owner, ids).catch(() => {});
-      throw e;
-    }
+    const sub = caller.subKey && holds.length ? { keyId: caller.subKey.keyId, monthlyLimitCents: caller.subKey.monthlyLimitCents } : null;
+    await this.deps.credits.reserve(caller.accountId, holds, sub, this.deps.slots.claim(owner, cap, ids));
   }
 
   /** Gives back what `reserve` took for jobs that were never queued. */
