@@ -18,6 +18,9 @@ const hostPortList = z
   .transform((s) => s.split(',').map((x) => x.trim().toLowerCase()).filter(Boolean))
   .pipe(z.array(z.string().regex(/^(\[[0-9a-f:.]+\]|[a-z0-9.-]+):\d{1,5}$/, 'expected host:port')));
 
+/** A Redis Cluster address: `redis+cluster://[user:password@]host:port,host:port` (rediss+cluster for TLS). */
+const CLUSTER_URL = /^rediss?\+cluster:\/\/([^@/]*@)?[^@/,]+:\d{1,5}(,[^@/,]+:\d{1,5})*\/?$/;
+
 const csv = z
   .string()
   .default('')
@@ -32,11 +35,10 @@ export const ConfigSchema = z
     PUBLIC_BASE_URL: optionalUrl,
     /** `embedded`: a redis-server from PATH with AOF, data under TOLLGATE_DATA_DIR (src/ops/embedded.ts). */
     REDIS_URL: z
-      .union([
-        z.literal('embedded'),
-        z.string().regex(/^rediss?\+cluster:\/\/([^@/]*@)?[^@/,]+:\d{1,5}(,[^@/,]+:\d{1,5})*\/?$/, 'expected redis+cluster://host:port,host:port'),
-        z.string().url(),
-      ])
+      .string()
+      .refine((v) => (/^rediss?\+cluster:/i.test(v) ? CLUSTER_URL.test(v) : v === 'embedded' || z.string().url().safeParse(v).success), {
+        message: 'expected a redis:// URL, redis+cluster://host:port,host:port or embedded',
+      })
       .default('redis://127.0.0.1:6379'),
     /**
      * A Redis Cluster's seed nodes (`host:port,host:port`): every connection (API, workers, QueueEvents,

@@ -1,0 +1,51 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../../src/config.js';
+import { connectRedis, isCluster, parseClusterUrl } from '../../../src/queue/redis.js';
+import { redactUrl } from '../../../src/db/pool.js';
+
+describe('naming a Redis Cluster', () => {
+  it('REDIS_CLUSTER_NODES becomes a redis+cluster:// REDIS_URL, keeping its credentials and TLS', () => {
+    expect(loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000, 10.0.0.2:7001' }).REDIS_URL).toBe('redis+cluster://10.0.0.1:7000,10.0.0.2:7001');
+    const c = loadConfig({ REDIS_URL: 'rediss://app:s3cret@redis.internal:6380', REDIS_CLUSTER_NODES: 'a.internal:7000,b.internal:7000' });
+    expect(c.REDIS_URL).toBe('rediss+cluster://app:s3cret@a.internal:7000,b.internal:7000');
+    expect(parseClusterUrl(c.REDIS_URL)).toEqual({
+      nodes: [{ host: 'a.internal', port: 7000 }, { host: 'b.internal', port: 7000 }],
+      username: 'app',
+      password: 's3cret',
+      tls: true,
+    });
+  });
+
+  it('takes a redis+cluster:// REDIS_URL as it is', () => {
+    const url = 'redis+cluster://:pw@127.0.0.1:7000,127.0.0.1:7001';
+    expect(loadConfig({ REDIS_URL: url }).REDIS_URL).toBe(url);
+    expect(parseClusterUrl(url)).toMatchObject({ nodes: [{ host: '127.0.0.1', port: 7000 }, { host: '127.0.0.1', port: 7001 }], password: 'pw', tls: false });
+    expect(parseClusterUrl('redis://127.0.0.1:6379')).toBeNull();
+  });
+
+  it('refuses a bad node list or cluster address at start-up, naming the variable', () => {
+    expect(() => loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1' })).toThrow(ConfigError);
+    expect(() => loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1' })).toThrow(/REDIS_CLUSTER_NODES/);
+    expect(() => loadConfig({ REDIS_CLUSTER_NODES: 'a:1,b:notaport' })).toThrow(/REDIS_CLUSTER_NODES/);
+    expect(() => loadConfig({ REDIS_URL: 'redis+cluster://' })).toThrow(/REDIS_URL/);
+    expect(() => loadConfig({ REDIS_URL: 'redis+cluster://host-without-port' })).toThrow(/REDIS_URL/);
+  });
+
+  it('keeps the password out of what it prints', () => {
+    expect(redactUrl('redis+cluster://app:s3cret@a:7000,b:7000')).toBe('redis+cluster://app:***@a:7000,b:7000');
+    expect(redactUrl('redis+cluster://a:7000')).toBe('redis+cluster://a:7000');
+    expect(redactUrl('redis://:s3cret@a:6379')).not.toContain('s3cret');
+  });
+
+  it('opens an ioredis Cluster for a cluster address and a single connection otherwise', () => {
+    const cluster = connectRedis('redis+cluster://127.0.0.1:7000', { lazyConnect: true });
+    const single = connectRedis('redis://127.0.0.1:6379', { lazyConnect: true });
+    try {
+      expect(isCluster(cluster)).toBe(true);
+      expect(isCluster(single)).toBe(false);
+    } finally {
+      cluster.disconnect();
+      single.disconnect();
+    }
+  });
+});
