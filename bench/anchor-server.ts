@@ -39,6 +39,8 @@ installJsonBodyParser(app as never, config.MAX_JSON_DEPTH);
 // Like the API: BullMQ's Queue on the fail-fast command connection, QueueEvents on its own.
 const queue = new Queue(queueName, { connection: connectCommandRedis(config.REDIS_URL), prefix });
 const events = new QueueEvents(queueName, { connection: { url: config.REDIS_URL } as never, prefix });
+// waitUntilFinished listens for the queue's closing once per job in flight.
+queue.setMaxListeners(0);
 await events.waitUntilReady();
 // The service's retention for jobs without an edge token (src/queue/queues.ts).
 const jobOptions = { removeOnComplete: { age: 24 * 3600, count: 50_000 }, removeOnFail: { age: 24 * 3600, count: 50_000 } };

@@ -3,13 +3,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, inject } from 'vitest';
-import { migrate } from '../../src/db/migrate.js';
-import { ensureDatabase, openPool, type DatabasePool } from '../../src/db/pool.js';
+import { openPool, type DatabasePool } from '../../src/db/pool.js';
 import { AccountsRepo } from '../../src/db/accounts-repo.js';
 import { AdminService } from '../../src/services/admin.js';
 import { CreditReservations } from '../../src/money/holds.js';
 import { inFlightKey } from '../../src/access/in-flight.js';
-import { RedisServer, ServiceProcess, freePort, waitForHttp } from './rig.js';
+import { RedisServer, ServiceProcess, dropDatabase, freePort, freshDatabase, waitForHttp } from './rig.js';
 
 /**
  * Money under faults. The API and two core workers run as separate processes on a Redis and a
@@ -41,11 +40,7 @@ const rows: string[] = [];
 beforeAll(async () => {
   redis = new RedisServer(await freePort());
   await redis.start();
-  const u = new URL(inject('databaseUrl'));
-  u.pathname = `/tollgate_chaos_${randomBytes(4).toString('hex')}`;
-  dbUrl = u.toString();
-  await ensureDatabase(dbUrl);
-  await migrate(dbUrl);
+  dbUrl = await freshDatabase(inject('databaseUrl'), 'chaos');
   pool = await openPool(dbUrl, { maximumPoolSize: 2 });
   adminRedis = new Redis(redis.url, { maxRetriesPerRequest: null });
   adminRedis.on('error', () => {});
@@ -82,13 +77,7 @@ afterAll(async () => {
   adminRedis?.disconnect();
   await pool?.end();
   await redis?.stop();
-  const u = new URL(dbUrl);
-  const name = u.pathname.slice(1);
-  u.pathname = '/postgres';
-  const c = new pg.Client({ connectionString: u.toString() });
-  await c.connect();
-  await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-  await c.end();
+  if (dbUrl) await dropDatabase(dbUrl);
 }, 60_000);
 
 const HEADER =

@@ -1,7 +1,11 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import net from 'node:net';
+import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { migrate } from '../../src/db/migrate.js';
+import { ensureDatabase } from '../../src/db/pool.js';
 
 /**
  * The chaos rig's moving parts as real processes: a Redis of its own, the API and core workers started
@@ -96,5 +100,28 @@ export async function waitForHttp(base: string, okOnly = false, timeoutMs = 30_0
     if (status && (!okOnly || status === 200)) return;
     if (Date.now() > end) throw new Error(`${base} did not come up${okOnly ? ' healthy' : ''}`);
     await sleep(100);
+  }
+}
+
+/** A migrated database of its own next to `baseUrl`'s (`tollgate_<label>_<random>`); returns its URL. */
+export async function freshDatabase(baseUrl: string, label: string): Promise<string> {
+  const u = new URL(baseUrl);
+  u.pathname = `/tollgate_${label}_${randomBytes(4).toString('hex')}`;
+  await ensureDatabase(u.toString());
+  await migrate(u.toString());
+  return u.toString();
+}
+
+/** Drops a database freshDatabase made, closing whatever is still connected to it. */
+export async function dropDatabase(dbUrl: string): Promise<void> {
+  const u = new URL(dbUrl);
+  const name = u.pathname.slice(1);
+  u.pathname = '/postgres';
+  const c = new pg.Client({ connectionString: u.toString() });
+  await c.connect();
+  try {
+    await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  } finally {
+    await c.end();
   }
 }

@@ -4,15 +4,14 @@ import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, inject } from 'vitest';
-import { migrate } from '../../src/db/migrate.js';
-import { ensureDatabase, openPool, type DatabasePool } from '../../src/db/pool.js';
+import { openPool, type DatabasePool } from '../../src/db/pool.js';
 import { AccountsRepo } from '../../src/db/accounts-repo.js';
 import { AdminService } from '../../src/services/admin.js';
 import { CreditReservations } from '../../src/money/holds.js';
 import { inFlightKey } from '../../src/access/in-flight.js';
 import { connectRedis, isCluster, type Redis } from '../../src/queue/redis.js';
 import { queuePrefix } from '../../src/queue/keyspace.js';
-import { ServiceProcess, freePort, waitForHttp } from '../chaos/rig.js';
+import { ServiceProcess, dropDatabase, freePort, freshDatabase, waitForHttp } from '../chaos/rig.js';
 import { RedisCluster } from './cluster.js';
 
 /**
@@ -39,11 +38,7 @@ let baseEnv: NodeJS.ProcessEnv;
 beforeAll(async () => {
   cluster = new RedisCluster(3);
   await cluster.start();
-  const u = new URL(inject('databaseUrl'));
-  u.pathname = `/tollgate_scale_${randomBytes(4).toString('hex')}`;
-  dbUrl = u.toString();
-  await ensureDatabase(dbUrl);
-  await migrate(dbUrl);
+  dbUrl = await freshDatabase(inject('databaseUrl'), 'scale');
   pool = await openPool(dbUrl, { maximumPoolSize: 2 });
   redis = connectRedis(cluster.url);
   redis.on('error', () => {});
@@ -79,15 +74,7 @@ afterAll(async () => {
   redis?.disconnect();
   await pool?.end();
   await cluster?.stop();
-  if (dbUrl) {
-    const u = new URL(dbUrl);
-    const name = u.pathname.slice(1);
-    u.pathname = '/postgres';
-    const c = new pg.Client({ connectionString: u.toString() });
-    await c.connect();
-    await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-    await c.end();
-  }
+  if (dbUrl) await dropDatabase(dbUrl);
 }, 60_000);
 
 interface Answer {
