@@ -213,6 +213,32 @@ describe('scaled out: Redis Cluster, two APIs, two workers per family', () => {
     expect((await post(0, '/tools/compute', subKey, { expression: '1 + 1' })).status).toBe(401);
   });
 
+  it('chains and parallel requests across family queues run as flows on the cluster, from either API', async () => {
+    const a = await admin.createAccount('pro', 1_000);
+    const root = (i: number, body: unknown, headers: Record<string, string> = {}) => post(i, '/', a.api_key, body, headers);
+    // compute runs on the core queue, beacon_scan on the text queue: one flow over two queues.
+    const chain = await root(0, { chain: ['compute', 'beacon_scan'], q: '6 * 7' });
+    expect(chain.status).toBe(200);
+    expect(chain.body!.steps.map((x: { tool: string }) => x.tool)).toEqual(['compute', 'beacon_scan']);
+    expect(chain.body!.cost_cents).toBe(PRICE + 1);
+    const parallel = await root(1, { parallel: ['compute', 'beacon_scan'], q: '6 * 7' });
+    expect(parallel.status).toBe(200);
+    expect(Object.keys(parallel.body!.results)).toEqual(['compute', 'beacon_scan']);
+    // Queued on one API, read from the other.
+    const queued = await root(0, { parallel: ['compute', 'beacon_scan'], q: '2 + 2' }, { prefer: 'respond-async' });
+    expect(queued.status).toBe(202);
+    const id = (queued.body!.job_id ?? queued.jobId) as string;
+    let done: Record<string, any> | null = null;
+    for (let t = 0; t < 100 && done?.status !== 'completed'; t++) {
+      await sleep(100);
+      const g = await fetch(`${bases[1]}/jobs/${id}`, { headers: { authorization: `Bearer ${a.api_key}` } });
+      done = g.status === 200 ? ((await g.json()) as Record<string, any>) : null;
+    }
+    expect(done?.status).toBe('completed');
+    expect(await credits(a.account_id)).toBe(1_000 - 3 * (PRICE + 1));
+    expect(await charges(a.account_id)).toBe(6);
+  });
+
   it('a primary killed mid-load (its replica takes over) loses no money', async () => {
     // The primary with the queues: every call goes through it. One of the accounts keeps its money
     // state there too, the others elsewhere.
