@@ -141,10 +141,14 @@ export interface FrontDoorOptions {
 
 /**
  * Keeps `api_keys.last_used_at` roughly current without a Postgres write per request: a Redis
- * `SET NX EX 60` per key lets one request a minute, across all replicas, do the write. Fire and
- * forget: a failure is logged, never felt by the request.
+ * `SET NX EX 60` per key lets one request a minute, across all replicas, do the write; and each
+ * replica asks Redis at most once a minute per key, so a request costs no round trip for it. Fire
+ * and forget: a failure is logged, never felt by the request.
  */
 export class LastUsedRecorder {
+  /** keyId -> when this replica may ask Redis again (ms). Bounded: cleared when full. */
+  private readonly asked = new Map<string, number>();
+
   constructor(
     private readonly redis: Redis,
     private readonly prefix: string,
@@ -154,6 +158,10 @@ export class LastUsedRecorder {
   ) {}
 
   record(keyId: string): void {
+    const now = Date.now();
+    if ((this.asked.get(keyId) ?? 0) > now) return;
+    if (this.asked.size >= MAX_RECENT) this.asked.clear();
+    this.asked.set(keyId, now + this.everySeconds * 1000);
     void this.redis
       .set(`${this.prefix}:keyused:${keyId}`, '1', 'EX', this.everySeconds, 'NX')
       .then((won) => (won === 'OK' ? this.accounts.touchKey(keyId) : undefined))
