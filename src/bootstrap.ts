@@ -2,7 +2,8 @@ import pino, { type Logger } from 'pino';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { ensureDatabase, openPool, redactUrl, sql } from './db/pool.js';
 import { migrate } from './db/migrate.js';
-import { connectRedis } from './queue/redis.js';
+import { Redis as SingleRedis } from 'ioredis';
+import { connectRedis, parseClusterUrl } from './queue/redis.js';
 import { EmbeddedError, startEmbedded, stopEmbedded } from './ops/embedded.js';
 
 export function makeLogger(config: Config): Logger {
@@ -20,6 +21,28 @@ export function makeLogger(config: Config): Logger {
 export function die(message: string): never {
   process.stderr.write(`tollgate: ${message}\n`);
   process.exit(1);
+}
+
+/**
+ * For a cluster address that could not be joined: the first seed node that answers as a plain server
+ * with cluster support off (a common mix-up), or null. ioredis only says "None of startup nodes is available".
+ */
+async function clusterDisabledNode(url: string): Promise<string | null> {
+  const cluster = parseClusterUrl(url);
+  if (!cluster) return null;
+  for (const node of cluster.nodes) {
+    const one = new SingleRedis({ ...node, username: cluster.username, password: cluster.password, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1_000 });
+    one.on('error', () => {});
+    try {
+      await one.connect();
+      if (/cluster_enabled:0/.test(await one.info('cluster'))) return `${node.host}:${node.port}`;
+    } catch {
+      /* not this one */
+    } finally {
+      one.disconnect();
+    }
+  }
+  return null;
 }
 
 export function configOrDie(): Config {
@@ -51,6 +74,9 @@ export async function checkServices(config: Config, log?: Logger): Promise<void>
     await redis.connect();
     await redis.ping();
   } catch {
+    redis.disconnect();
+    const notCluster = await clusterDisabledNode(config.REDIS_URL);
+    if (notCluster) die(`${notCluster} answers but is not a Redis Cluster (cluster_enabled:0); name a single server with REDIS_URL=redis://${notCluster}, or start the servers with --cluster-enabled yes`);
     die(`cannot reach Redis at ${redactUrl(config.REDIS_URL)}; start one (e.g. \`redis-server --daemonize yes\` or \`docker compose up -d redis\`) or set REDIS_URL (REDIS_URL=embedded starts a redis-server from PATH for you)`);
   } finally {
     redis.disconnect();

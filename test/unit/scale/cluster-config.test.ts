@@ -1,4 +1,6 @@
-import { describe, expect, it } from 'vitest';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { describe, expect, inject, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../../src/config.js';
 import { connectRedis, isCluster, parseClusterUrl } from '../../../src/queue/redis.js';
 import { redactUrl } from '../../../src/db/pool.js';
@@ -48,4 +50,21 @@ describe('naming a Redis Cluster', () => {
       single.disconnect();
     }
   });
+
+  it('a plain Redis named as a cluster stops start-up with one line that says so', async () => {
+    const plain = new URL(inject('redisUrl'));
+    const node = `${plain.hostname}:${plain.port || 6379}`;
+    const env = { ...process.env, REDIS_CLUSTER_NODES: node, DATABASE_URL: inject('databaseUrl'), PORT: '0', LOG_LEVEL: 'error' };
+    delete env.REDIS_URL;
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout!.on('data', (d) => (out += d));
+    child.stderr!.on('data', (d) => (out += d));
+    const [code] = await once(child, 'exit');
+    expect(code).toBe(1);
+    const lines = out.split('\n').filter((l) => l.startsWith('tollgate: '));
+    expect(lines).toEqual([
+      `tollgate: ${node} answers but is not a Redis Cluster (cluster_enabled:0); name a single server with REDIS_URL=redis://${node}, or start the servers with --cluster-enabled yes`,
+    ]);
+  }, 60_000);
 });
