@@ -54,7 +54,7 @@ describe('naming a Redis Cluster', () => {
   it('a plain Redis named as a cluster stops start-up with one line that says so', async () => {
     const plain = new URL(inject('redisUrl'));
     const node = `${plain.hostname}:${plain.port || 6379}`;
-    const env = { ...process.env, REDIS_CLUSTER_NODES: node, DATABASE_URL: inject('databaseUrl'), PORT: '0', LOG_LEVEL: 'error' };
+    const env: NodeJS.ProcessEnv = { ...process.env, REDIS_CLUSTER_NODES: node, DATABASE_URL: inject('databaseUrl'), PORT: '0', LOG_LEVEL: 'error' };
     delete env.REDIS_URL;
     const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
