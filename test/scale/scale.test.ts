@@ -254,6 +254,7 @@ describe('scaled out: Redis Cluster, two APIs, two workers per family', () => {
     expect(onVictim).toBe(true);
     for (const a of accts) await admin.setAccount(a.account_id, { plan: 'enterprise', rpm: 100_000, maxInFlight: 1_000 });
     const CALLS = 150;
+    const t0 = Date.now();
     const outcomes: Array<{ account: number; status: number; jobId?: string; cost?: number }> = [];
     let next = 0;
     let killed: Promise<void> | null = null;
@@ -290,6 +291,7 @@ describe('scaled out: Redis Cluster, two APIs, two workers per family', () => {
       }),
     );
     await killed;
+    const loadMs = Date.now() - t0;
     await cluster.waitHealthy(60_000);
     await cluster.restart(victim);
 
@@ -307,11 +309,12 @@ describe('scaled out: Redis Cluster, two APIs, two workers per family', () => {
       return { holds, slots, availOk };
     };
     let s = await idle().catch(() => ({ holds: -1, slots: -1, availOk: false }));
-    for (let t = 0; t < 180 && (s.holds || s.slots || !s.availOk); t++) {
+    for (let t = 0; t < 360 && (s.holds || s.slots || !s.availOk); t++) {
       await sleep(500);
       s = await idle().catch(() => ({ holds: -1, slots: -1, availOk: false }));
     }
     expect(s).toEqual({ holds: 0, slots: 0, availOk: true });
+    const quietMs = Date.now() - t0 - loadMs;
 
     let ok = 0;
     for (const [n, a] of accts.entries()) {
@@ -338,7 +341,8 @@ describe('scaled out: Redis Cluster, two APIs, two workers per family', () => {
     }
     process.stdout.write(
       `\nprimary killed mid-load: ${CALLS} sent, ${ok} answered 200, ` +
-        `${outcomes.filter((o) => o.status !== 200).map((o) => o.status).join(',') || 'no other answers'}; holds ${s.holds}, slots ${s.slots}, avail = credits ${s.availOk}\n`,
+        `${outcomes.filter((o) => o.status !== 200).map((o) => o.status).join(',') || 'no other answers'}; holds ${s.holds}, slots ${s.slots}, avail = credits ${s.availOk}; ` +
+        `load ${(loadMs / 1000).toFixed(1)} s, quiet again ${(quietMs / 1000).toFixed(1)} s later\n`,
     );
     // Most calls still succeeded: the cluster carried on around the failover.
     expect(ok).toBeGreaterThan(CALLS / 2);
