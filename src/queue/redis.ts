@@ -67,6 +67,9 @@ function open(url: string, opts: RedisOptions): Redis {
     retryDelayOnFailover: 100,
     retryDelayOnClusterDown: 200,
     retryDelayOnTryAgain: 100,
+    // MOVED answers while the nodes still disagree about a failed-over slot: spread the redirections
+    // (at most 16) over a second or so instead of spending them at once.
+    retryDelayOnMoved: 100,
     slotsRefreshTimeout: 2_000,
     redisOptions: { ...node, username: cluster.username, password: cluster.password, ...(cluster.tls ? { tls: {} } : {}) },
   });
@@ -153,6 +156,9 @@ export function isDependencyError(e: unknown): boolean {
   // ioredis: offline queue disabled, connection closed, per-command timeout, retries exhausted.
   if (err.name === 'MaxRetriesPerRequestError') return true;
   if (/enableOfflineQueue|Connection is closed|Command timed out|Stream isn't writeable|connect ECONNREFUSED|Reached the max retries/i.test(msg)) return true;
+  // A Redis Cluster mid-failover: the slot's primary is gone and its replica not yet promoted, the
+  // slot map is being refreshed, or the node is still loading. Transient, like a dropped connection.
+  if (/^(CLUSTERDOWN|TRYAGAIN|MASTERDOWN|LOADING|READONLY)\b|Too many Cluster redirections|Failed to refresh slots cache|None of startup nodes is available|Cluster isn't ready/i.test(msg)) return true;
   // Sockets (either dependency).
   if (typeof err.code === 'string' && ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN'].includes(err.code)) return true;
   // Postgres: connection exceptions (08xxx), server shutting down (57P01-57P03), too many connections.

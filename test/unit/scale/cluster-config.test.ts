@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { describe, expect, inject, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../../src/config.js';
-import { connectRedis, isCluster, parseClusterUrl } from '../../../src/queue/redis.js';
+import { connectRedis, isCluster, isDependencyError, parseClusterUrl } from '../../../src/queue/redis.js';
 import { redactUrl } from '../../../src/db/pool.js';
 
 describe('naming a Redis Cluster', () => {
@@ -67,4 +67,20 @@ describe('naming a Redis Cluster', () => {
       `tollgate: ${node} answers but is not a Redis Cluster (cluster_enabled:0); name a single server with REDIS_URL=redis://${node}, or start the servers with --cluster-enabled yes`,
     ]);
   }, 60_000);
+
+  it('a cluster mid-failover is a dependency outage (503, uncharged), not an internal error', () => {
+    for (const msg of [
+      'Too many Cluster redirections. Last error: ReplyError: MOVED 12261 127.0.0.1:45221',
+      'CLUSTERDOWN The cluster is down',
+      'TRYAGAIN Multiple keys request during rehashing of slot',
+      'Failed to refresh slots cache.',
+      'None of startup nodes is available',
+      "Cluster isn't ready and enableOfflineQueue options is false",
+      'LOADING Redis is loading the dataset in memory',
+    ]) {
+      expect(isDependencyError(new Error(msg)), msg).toBe(true);
+    }
+    expect(isDependencyError(new Error('ERR wrong number of arguments for command'))).toBe(false);
+    expect(isDependencyError(new Error("Cannot read properties of undefined (reading 'x')"))).toBe(false);
+  });
 });
