@@ -1,4 +1,5 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn, type SpawnOptions } from 'node:child_process';
+import { once } from 'node:events';
 import net from 'node:net';
 
 /** Tests that start the service as processes (`npm start`, `start:prod`): what is left running or listening. */
@@ -34,4 +35,17 @@ export function listening(port: number): Promise<boolean> {
     });
     s.once('error', () => resolve(false));
   });
+}
+
+/**
+ * Runs a command to its exit: its exit code, everything it wrote (stdout and stderr) and the lines
+ * the service prints for an operator (`tollgate: ...`).
+ */
+export async function runToExit(command: string, args: string[], opts: SpawnOptions): Promise<{ code: number | null; out: string; lines: string[] }> {
+  const child = spawn(command, args, { ...opts, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout!.on('data', (d) => (out += d));
+  child.stderr!.on('data', (d) => (out += d));
+  const [code] = (await once(child, 'exit')) as [number | null];
+  return { code, out, lines: out.split('\n').filter((l) => l.startsWith('tollgate: ')) };
 }

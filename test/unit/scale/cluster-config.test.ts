@@ -1,9 +1,8 @@
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { describe, expect, inject, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../../src/config.js';
 import { connectRedis, isCluster, isDependencyError, parseClusterUrl } from '../../../src/queue/redis.js';
 import { redactUrl } from '../../../src/db/pool.js';
+import { runToExit } from '../../helpers/processes.js';
 
 describe('naming a Redis Cluster', () => {
   it('REDIS_CLUSTER_NODES becomes a redis+cluster:// REDIS_URL, keeping its credentials and TLS', () => {
@@ -56,13 +55,8 @@ describe('naming a Redis Cluster', () => {
     const node = `${plain.hostname}:${plain.port || 6379}`;
     const env: NodeJS.ProcessEnv = { ...process.env, REDIS_CLUSTER_NODES: node, DATABASE_URL: inject('databaseUrl'), PORT: '0', LOG_LEVEL: 'error' };
     delete env.REDIS_URL;
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout!.on('data', (d) => (out += d));
-    child.stderr!.on('data', (d) => (out += d));
-    const [code] = await once(child, 'exit');
+    const { code, lines } = await runToExit(process.execPath, ['--import', 'tsx', 'src/server.ts'], { env });
     expect(code).toBe(1);
-    const lines = out.split('\n').filter((l) => l.startsWith('tollgate: '));
     expect(lines).toEqual([
       `tollgate: ${node} answers but is not a Redis Cluster (cluster_enabled:0); name a single server with REDIS_URL=redis://${node}, or start the servers with --cluster-enabled yes`,
     ]);
