@@ -128,12 +128,15 @@ export async function startService(opts: {
   env: Record<string, string | undefined>;
   nodeArgs?: string[];
   workerNodeArgs?: string[];
+  /** The checkout to run (bench/ab.ts compares two); default the current directory. */
+  cwd?: string;
 }): Promise<Running> {
   await assertPortFree(opts.port, 'service');
   const env = { ...opts.env, PORT: String(opts.port), HOST: '127.0.0.1' };
   const api = spawn(process.execPath, [...(opts.nodeArgs ?? []), '--import', 'tsx', 'src/server.ts'], {
     env: { ...env, WORKERS: opts.split ? 'off' : 'inline' },
     stdio: ['ignore', 'inherit', 'inherit'],
+    cwd: opts.cwd,
   });
   const procs: ChildProcess[] = [api];
   let worker: ChildProcess | undefined;
@@ -141,6 +144,7 @@ export async function startService(opts: {
     worker = spawn(process.execPath, [...(opts.workerNodeArgs ?? opts.nodeArgs ?? []), '--import', 'tsx', 'workers/index.ts', '--family', 'core'], {
       env,
       stdio: ['ignore', 'inherit', 'inherit'],
+      cwd: opts.cwd,
     });
     procs.push(worker);
   }

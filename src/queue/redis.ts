@@ -55,9 +55,9 @@ export function clusterUrlOf(nodes: string[], redisUrl: string): string {
  */
 function open(url: string, opts: RedisOptions): Redis {
   const cluster = parseClusterUrl(url);
-  if (!cluster) return new SingleRedis(url, opts);
+  if (!cluster) return coalesceWrites(new SingleRedis(url, opts));
   const { lazyConnect, enableOfflineQueue, enableReadyCheck, retryStrategy, ...node } = opts;
-  return new Cluster(cluster.nodes, {
+  const c = new Cluster(cluster.nodes, {
     lazyConnect,
     enableOfflineQueue,
     enableReadyCheck,
@@ -73,6 +73,38 @@ function open(url: string, opts: RedisOptions): Redis {
     slotsRefreshTimeout: 2_000,
     redisOptions: { ...node, username: cluster.username, password: cluster.password, ...(cluster.tls ? { tls: {} } : {}) },
   });
+  c.on('+node', (n: SingleRedis) => coalesceWrites(n));
+  return c;
+}
+
+/**
+ * ioredis writes every command to its socket at once: one system call per command. Under load many
+ * calls send their commands in the same turn of the event loop, so the socket is corked at the first
+ * write of a turn and uncorked when the turn's synchronous work and promise jobs are done
+ * (process.nextTick): one write for all of them. Nothing waits longer than the current turn, and the
+ * order of commands on the connection is unchanged. Applied again on every reconnect (a new socket).
+ */
+export function coalesceWrites<T extends SingleRedis>(redis: T): T {
+  redis.on('connect', () => {
+    const socket = (redis as unknown as { stream?: import('node:net').Socket }).stream;
+    if (!socket || (socket as { tgCorked?: boolean }).tgCorked) return;
+    (socket as { tgCorked?: boolean }).tgCorked = true;
+    const write = socket.write;
+    let corked = false;
+    const uncork = () => {
+      corked = false;
+      socket.uncork();
+    };
+    socket.write = function (this: import('node:net').Socket, ...args: Parameters<typeof write>) {
+      if (!corked) {
+        corked = true;
+        socket.cork();
+        process.nextTick(uncork);
+      }
+      return write.apply(this, args);
+    } as typeof write;
+  });
+  return redis;
 }
 
 /** Whether a connection is to a Redis Cluster. */

@@ -1,0 +1,94 @@
+/**
+ * `npm run bench:ab`: the paid call of two checkouts of the service, side by side in one run, to
+ * tell whether a change saves anything: A is BENCH_AB_BASE (a directory holding another checkout,
+ * by default a worktree of HEAD made under the system's temporary directory), B is this one. Each
+ * round runs A then B (`npm start` shape, one hot account, POST /tools/compute at BENCH_AB_INFLIGHT,
+ * default 50), BENCH_AB_ROUNDS rounds (default 3), and reports req/s and the CPU ms per call of the
+ * service, redis-server and every postgres process, read from /proc over the measured window.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { loadConfig } from '../src/config.js';
+import { makeLogger, runMigrations } from '../src/bootstrap.js';
+import { openPool } from '../src/db/pool.js';
+import { AccountsRepo } from '../src/db/accounts-repo.js';
+import { AdminService } from '../src/services/admin.js';
+import { CreditReservations } from '../src/money/holds.js';
+import { connectRedis } from '../src/queue/redis.js';
+import { benchPorts, cpuMs, cpuMsOfComm, deleteAccounts, drive, median, poster, startService, sweepKeys } from './common.js';
+
+const ROUNDS = Number(process.env.BENCH_AB_ROUNDS ?? 3);
+const IN_FLIGHT = Number(process.env.BENCH_AB_INFLIGHT ?? 50);
+const CALLS = Number(process.env.BENCH_AB_CALLS ?? 8000);
+const log = (s: string) => process.stderr.write(`[ab ${new Date().toISOString().slice(11, 19)}] ${s}\n`);
+
+function baseCheckout(): string {
+  if (process.env.BENCH_AB_BASE) return process.env.BENCH_AB_BASE;
+  const dir = join(tmpdir(), `tollgate-ab-${execFileSync('git', ['rev-parse', '--short', 'HEAD']).toString().trim()}`);
+  if (!existsSync(dir)) {
+    execFileSync('git', ['worktree', 'add', '--detach', dir, 'HEAD'], { stdio: 'ignore' });
+    symlinkSync(join(process.cwd(), 'node_modules'), join(dir, 'node_modules'));
+  }
+  return dir;
+}
+
+async function main() {
+  const ports = benchPorts();
+  const prefix = `benchab${randomBytes(3).toString('hex')}`;
+  const config = loadConfig(process.env, { REDIS_PREFIX: prefix, LOG_LEVEL: 'warn' });
+  await runMigrations(config, makeLogger(config));
+  const pool = await openPool(config.DATABASE_URL, { maximumPoolSize: 2 });
+  const redis = connectRedis(config.REDIS_URL);
+  const accounts = new AccountsRepo(pool);
+  const admin = new AdminService({ accounts, credits: new CreditReservations(redis, prefix, accounts), redis, prefix });
+  const acct = await admin.createAccount('enterprise', 100_000_000, 'bench-ab');
+  await admin.setAccount(acct.account_id, { rpm: 10_000_000 });
+  const env = { ...process.env, REDIS_PREFIX: prefix, LOG_LEVEL: 'warn', EDGE_TOKEN_KEY: randomBytes(32).toString('hex') };
+  const headers = { authorization: `Bearer ${acct.api_key}`, 'content-type': 'application/json' };
+  const body = JSON.stringify({ expression: '2 * (3 + 4)' });
+  const sides = { A: baseCheckout(), B: process.cwd() };
+  const results: Record<'A' | 'B', Array<{ rps: number; svc: number; redis: number; pg: number }>> = { A: [], B: [] };
+  log(`A = ${sides.A}, B = ${sides.B}; ${ROUNDS} rounds of ${CALLS} calls at ${IN_FLIGHT} in flight`);
+  try {
+    for (let r = 0; r < ROUNDS; r++) {
+      for (const side of ['A', 'B'] as const) {
+        const svc = await startService({ port: ports.service, split: false, env, cwd: sides[side] });
+        try {
+          const post = poster(svc.client, headers);
+          const op = () => post('/tools/compute', body).then(() => {});
+          await drive(IN_FLIGHT, Math.floor(CALLS / 4), op);
+          const c0 = [cpuMs(svc.api.pid!), cpuMsOfComm('redis-server'), cpuMsOfComm('postgres')];
+          const s = await drive(IN_FLIGHT, CALLS, op);
+          const c1 = [cpuMs(svc.api.pid!), cpuMsOfComm('redis-server'), cpuMsOfComm('postgres')];
+          const per = c1.map((v, i) => (v - c0[i]!) / s.n);
+          results[side].push({ rps: s.rps, svc: per[0]!, redis: per[1]!, pg: per[2]! });
+          log(`round ${r + 1} ${side}: ${s.rps.toFixed(0)} req/s, CPU ms/call service ${per[0]!.toFixed(3)} redis ${per[1]!.toFixed(3)} postgres ${per[2]!.toFixed(3)}`);
+        } finally {
+          await svc.stop();
+        }
+      }
+    }
+    const med = (side: 'A' | 'B', k: 'rps' | 'svc' | 'redis' | 'pg') => median(results[side].map((x) => x[k]));
+    for (const side of ['A', 'B'] as const) {
+      const total = med(side, 'svc') + med(side, 'redis') + med(side, 'pg');
+      console.log(`${side}  ${med(side, 'rps').toFixed(0).padStart(6)} req/s   CPU ms/call: service ${med(side, 'svc').toFixed(3)}  redis ${med(side, 'redis').toFixed(3)}  postgres ${med(side, 'pg').toFixed(3)}  sum ${total.toFixed(3)}`);
+    }
+    console.log(`B/A req/s ${(med('B', 'rps') / med('A', 'rps')).toFixed(3)}`);
+  } finally {
+    await deleteAccounts(config.DATABASE_URL, [acct.account_id]).catch(() => {});
+    await sweepKeys(redis as never, prefix).catch(() => {});
+    redis.disconnect();
+    await pool.end();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (e) => {
+    console.error(e);
+    process.exit(1);
+  },
+);
