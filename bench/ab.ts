@@ -64,8 +64,11 @@ async function main() {
           const s = await drive(IN_FLIGHT, CALLS, op);
           const c1 = [cpuMs(svc.api.pid!), cpuMsOfComm('redis-server'), cpuMsOfComm('postgres')];
           const per = c1.map((v, i) => (v - c0[i]!) / s.n);
+          const m = await (await svc.client.request({ path: '/metrics', method: 'GET' })).body.text();
+          const metric = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(m)?.[1] ?? NaN);
+          const batch = metric('tollgate_settlement_batch_size_sum') / metric('tollgate_settlement_batch_size_count');
           results[side].push({ rps: s.rps, svc: per[0]!, redis: per[1]!, pg: per[2]! });
-          log(`round ${r + 1} ${side}: ${s.rps.toFixed(0)} req/s, CPU ms/call service ${per[0]!.toFixed(3)} redis ${per[1]!.toFixed(3)} postgres ${per[2]!.toFixed(3)}`);
+          log(`round ${r + 1} ${side}: ${s.rps.toFixed(0)} req/s, CPU ms/call service ${per[0]!.toFixed(3)} redis ${per[1]!.toFixed(3)} postgres ${per[2]!.toFixed(3)}; mean settlement batch ${batch.toFixed(1)}`);
         } finally {
           await svc.stop();
         }

@@ -18,7 +18,7 @@ import { keyRoutes } from './routes/keys.js';
 import { mcpRoutes } from './routes/mcp.js';
 import { openAiRoutes } from './routes/openai.js';
 import { installCors, openApiRoutes } from './routes/openapi.js';
-import { rateLimitHeaders } from './services/rate-limit.js';
+import { rateLimitHeaders, type DeferredHit } from './services/rate-limit.js';
 import { webhookRoutes } from './routes/webhooks.js';
 import { creditRoutes } from './routes/credits.js';
 import { signupRoutes } from './routes/signup.js';
@@ -31,6 +31,12 @@ declare module 'fastify' {
     container: Container;
     /** Authenticates the request's API key (401s as in DECISIONS) and applies its rate limit. */
     authenticate(req: FastifyRequest, reply: FastifyReply): Promise<KeyCaller>;
+    /**
+     * Authenticates, and leaves the rate-limit hit to be counted by admission's script (a tool call:
+     * one Redis round trip fewer). `countHit` counts it on its own if the request ends before then
+     * (the route calls it on every path that does not reach admission); it is counted exactly once.
+     */
+    authenticateDeferred(req: FastifyRequest, reply: FastifyReply): Promise<{ caller: KeyCaller; rate: DeferredHit }>;
   }
 }
 
@@ -71,6 +77,12 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
     const state = await api.limiter.hit(caller.accountId, api.limiter.limitFor(caller.plan, caller.rpm));
     reply.headers(rateLimitHeaders(state));
     return caller;
+  });
+  app.decorate('authenticateDeferred', async (req: FastifyRequest, reply: FastifyReply) => {
+    const caller = await api.auth.authenticate(req.headers.authorization, req.ip);
+    req.caller = caller;
+    const rate = api.limiter.deferred(caller.accountId, api.limiter.limitFor(caller.plan, caller.rpm), (state) => reply.headers(rateLimitHeaders(state)));
+    return { caller, rate };
   });
   app.addHook('onSend', async (req, reply) => {
     reply.header('x-request-id', req.id);

@@ -2,6 +2,8 @@ import type { Redis } from '../queue/redis.js';
 import { ACCOUNT_SHARDS, accountTag, shardTag } from '../queue/keyspace.js';
 import { AppError } from '../errors.js';
 import type { AccountsRepo } from '../db/accounts-repo.js';
+import { inFlightKey } from '../access/in-flight.js';
+import { SLIDE_FN, type DeferredHit } from '../services/rate-limit.js';
 
 /**
  * Credit reservation. Postgres holds the durable balance and the ledger; Redis holds, per account,
@@ -37,19 +39,31 @@ local function nowMs()
 end
 `;
 
-// Admission of a request's jobs, in one script: a slot in flight per job under the owner's cap, and
-// the holds of the paid ones against avail (and the sub-key's month). All or nothing. The slot keys
-// are InFlightSlots' (src/access/in-flight.ts), in the same account slot.
-// KEYS: avail, holds, subuse (without a sub-key, an unused name in the account's slot), accounts, slots, owners
-// ARGV: limit(-1 = no sub-key), n, then n pairs of holdId, amount, then accountId, cap, now, m, m slot ids, owner
-// Returns {1, avail after (-1 without holds)}, {0, avail} short of credit, {-1} avail not loaded,
-// {-2} sub-key month not loaded, {-3, used} over the month, {-4, count} at the cap of jobs in flight.
-const RESERVE = `${PARSE}
+// Admission of a request's jobs, in one script: the request's rate-limit hit (when the caller passes
+// it), a slot in flight per job under the owner's cap, and the holds of the paid ones against avail
+// (and the sub-key's month). The hit counts whatever follows (as it would at the door); slots and
+// holds are all or nothing. The slot keys are InFlightSlots' (src/access/in-flight.ts) and the window
+// is RateLimiter's (src/services/rate-limit.ts), all in the account's cluster slot.
+// KEYS: avail, holds, subuse (without a sub-key, an unused name in the account's slot), accounts, slots, owners,
+//       rate-limit window (without a hit, an unused name in the account's slot)
+// ARGV: limit(-1 = no sub-key), n, then n pairs of holdId, amount, then accountId, cap, now, m, m slot ids, owner,
+//       then the hit: rpm (-1 = none), windowMs, member, weight
+// Returns {status, value, admitted, remaining, resetMs} (the last three only with a hit): status 1, avail
+// after (-1 without holds); 0, avail: short of credit; -1 avail not loaded; -2 sub-key month not loaded;
+// -3, used: over the month; -4, count: at the cap of jobs in flight; -5: over the rate limit.
+const RESERVE = `${PARSE}${SLIDE_FN}
 local n = tonumber(ARGV[2])
 local a = 3 + 2 * n
 local cap, at, m = tonumber(ARGV[a + 1]), ARGV[a + 2], tonumber(ARGV[a + 3])
+local r = a + 4 + m
+local rl = {}
+if tonumber(ARGV[r + 1]) >= 0 then
+  rl = slide(KEYS[7], tonumber(ARGV[r + 1]), tonumber(ARGV[r + 2]), ARGV[r + 3], tonumber(ARGV[r + 4]))
+  if rl[1] == 0 then return {-5, 0, rl[1], rl[2], rl[3]} end
+end
+local function out(status, value) return {status, value, rl[1], rl[2], rl[3]} end
 local count = redis.call('ZCARD', KEYS[5])
-if count + m > cap then return {-4, count} end
+if count + m > cap then return out(-4, count) end
 local total = 0
 for i = 1, n do total = total + tonumber(ARGV[2 + 2 * i]) end
 local avail = -1
@@ -57,13 +71,13 @@ local limit = tonumber(ARGV[1])
 local sub = ''
 if n > 0 then
   avail = redis.call('GET', KEYS[1])
-  if not avail then return {-1, 0} end
+  if not avail then return out(-1, 0) end
   avail = tonumber(avail)
-  if avail < total then return {0, avail} end
+  if avail < total then return out(0, avail) end
   if limit >= 0 then
     local used = redis.call('GET', KEYS[3])
-    if not used then return {-2, 0} end
-    if tonumber(used) + total > limit then return {-3, tonumber(used)} end
+    if not used then return out(-2, 0) end
+    if tonumber(used) + total > limit then return out(-3, tonumber(used)) end
     redis.call('INCRBY', KEYS[3], total)
     sub = KEYS[3]
   end
@@ -77,7 +91,7 @@ if n > 0 then
 end
 for i = 1, m do redis.call('ZADD', KEYS[5], at, ARGV[a + 3 + i]) end
 if m > 0 then redis.call('SADD', KEYS[6], ARGV[a + 4 + m]) end
-return {1, avail}
+return out(1, avail)
 `;
 
 // Gives holds back (failed calls, holds of jobs that never were queued). Idempotent: a hold already
@@ -98,14 +112,17 @@ end
 return back
 `;
 
-// Settled holds: their charges are in Postgres, whose balance already moved (avail excluded them
-// since admission). Bumps the settle counter so a reconciler pass that read Postgres before this
-// does not rebuild avail from a mix of before and after.
-// KEYS: holds, settles   ARGV: holdIds...
+// Settled calls: their charges are in Postgres, whose balance already moved (avail excluded their
+// holds since admission), so the holds go; and the finished jobs' slots in flight go with them (the
+// account's slots share its money keys' cluster slot). Bumps the settle counter when holds went, so a
+// reconciler pass that read Postgres before this does not rebuild avail from a mix of before and after.
+// KEYS: holds, settles, slots   ARGV: nHolds, holdIds..., slot ids...
 const SETTLED = `
+local nh = tonumber(ARGV[1])
 local n = 0
-for i = 1, #ARGV do n = n + redis.call('HDEL', KEYS[1], ARGV[i]) end
-redis.call('INCR', KEYS[2])
+for i = 2, nh + 1 do n = n + redis.call('HDEL', KEYS[1], ARGV[i]) end
+if nh > 0 then redis.call('INCR', KEYS[2]) end
+for i = nh + 2, #ARGV do redis.call('ZREM', KEYS[3], ARGV[i]) end
 return n
 `;
 
@@ -247,9 +264,9 @@ function monthTag(d = new Date()): string {
 }
 
 type Scripted = Redis & {
-  tgReserve(keys: 6, ...args: Array<string | number>): Promise<[number, number]>;
+  tgReserve(keys: 7, ...args: Array<string | number>): Promise<[number, number, number?, number?, number?]>;
   tgRelease(keys: 2, ...args: string[]): Promise<number>;
-  tgSettled(keys: 2, ...args: string[]): Promise<number>;
+  tgSettled(keys: 3, ...args: Array<string | number>): Promise<number>;
   tgTopup(keys: 2, ...args: Array<string | number>): Promise<number>;
   tgLoad(keys: 4, ...args: Array<string | number>): Promise<number>;
   tgLoadSubuse(keys: 4, ...args: Array<string | number>): Promise<number>;
@@ -359,7 +376,7 @@ export class CreditReservations {
     return {
       tgReserve: [this.availKey(accountId), this.holdsKey(accountId), subuse, this.accountsKey(accountId)],
       tgRelease: [this.availKey(accountId), this.holdsKey(accountId)],
-      tgSettled: [this.holdsKey(accountId), this.settlesKey(accountId)],
+      tgSettled: [this.holdsKey(accountId), this.settlesKey(accountId), inFlightKey(this.prefix, accountId)],
       tgTopup: [this.availKey(accountId), this.epochKey(accountId)],
       tgLoad: [this.availKey(accountId), this.epochKey(accountId), this.holdsKey(accountId), this.accountsKey(accountId)],
       tgLoadSubuse: [subuse, this.holdsKey(accountId), this.accountsKey(accountId), this.subKeysKey(accountId)],
@@ -374,7 +391,14 @@ export class CreditReservations {
    * insufficient_credits or monthly_limit_exceeded. Returns the credits still available after the
    * holds (-1 when there were none).
    */
-  async reserve(accountId: string, holds: Hold[], sub: SubKeyLimit | null, slots: SlotClaim = this.noSlots(accountId)): Promise<number> {
+  async reserve(
+    accountId: string,
+    holds: Hold[],
+    sub: SubKeyLimit | null,
+    slots: SlotClaim = this.noSlots(accountId),
+    /** The request's rate-limit hit, counted by the same script (its window is in the account's slot). */
+    rate?: DeferredHit,
+  ): Promise<number> {
     const total = holds.reduce((s, h) => s + h.amount, 0);
     const keys = [...this.scriptKeys(accountId, sub?.keyId ?? null).tgReserve, ...slots.keys];
     const args: Array<string | number> = [sub ? sub.monthlyLimitCents : -1, holds.length];
@@ -382,7 +406,11 @@ export class CreditReservations {
     args.push(accountId, slots.cap, Date.now(), slots.jobIds.length, ...slots.jobIds, slots.owner);
     let reaped = false;
     for (let attempt = 0; attempt < 5; attempt++) {
-      const [status, value] = await this.redis.tgReserve(6, ...keys, ...args);
+      // Counted by the first attempt only: a retry (avail loaded, slots reaped) passes no hit.
+      const hit = rate?.slide() ?? null;
+      const window = hit?.key ?? this.noRateKey(accountId);
+      const [status, value, ...reply] = await this.redis.tgReserve(7, ...keys, window, ...args, ...(hit ? hit.args : [-1, 0, '', 0]));
+      if (hit) rate!.counted(reply as [number, number, number]);
       if (status === 1) return value;
       if (status === 0) {
         throw new AppError('insufficient_credits', `This call costs ${total} cents; ${Math.max(value, 0)} cents are available. Top up to continue.`, {
@@ -405,6 +433,11 @@ export class CreditReservations {
       if (status === -2) await this.loadSubuse(accountId, sub!.keyId);
     }
     throw new AppError('service_unavailable', 'Could not reserve credits, please retry', { retry_after: 1 }, { headers: { 'retry-after': '1' } });
+  }
+
+  /** RESERVE's window key when no hit is passed: a name in the account's slot, never read or written. */
+  noRateKey(accountId: string): string {
+    return `${this.prefix}:rl-none:${accountTag(accountId)}`;
   }
 
   /** Holds without slots (operators' and tests' use): no job ids, and two unused names in the account's slot. */
@@ -430,17 +463,25 @@ export class CreditReservations {
     return this.redis.tgRelease(2, ...this.scriptKeys(accountId).tgRelease, ...holdIds);
   }
 
-  /** Drops holds whose charges are now in Postgres (the balance there already moved). */
-  settled(items: Array<{ accountId: string; holdId: string }>): Promise<unknown> {
-    const byAccount = new Map<string, string[]>();
+  /**
+   * Drops holds whose charges are now in Postgres (the balance there already moved) and gives back the
+   * slots in flight of jobs that are done (`slotId`: the job id, for a job whose slot its account holds).
+   */
+  settled(items: Array<{ accountId: string; holdId?: string | null; slotId?: string }>): Promise<unknown> {
+    const byAccount = new Map<string, { holds: string[]; slots: string[] }>();
     for (const it of items) {
-      const ids = byAccount.get(it.accountId);
-      if (ids) ids.push(it.holdId);
-      else byAccount.set(it.accountId, [it.holdId]);
+      let acc = byAccount.get(it.accountId);
+      if (!acc) byAccount.set(it.accountId, (acc = { holds: [], slots: [] }));
+      if (it.holdId) acc.holds.push(it.holdId);
+      if (it.slotId) acc.slots.push(it.slotId);
     }
     // One script per account, each in its account's slot (a pipeline may not span slots in a cluster);
-    // sent together, they share the round trip on one connection.
-    return Promise.all([...byAccount].map(([accountId, ids]) => this.redis.tgSettled(2, ...this.scriptKeys(accountId).tgSettled, ...ids)));
+    // sent in the same turn, they share one write on the connection.
+    return Promise.all(
+      [...byAccount].map(([accountId, { holds, slots }]) =>
+        this.redis.tgSettled(3, ...this.scriptKeys(accountId).tgSettled, holds.length, ...holds, ...slots),
+      ),
+    );
   }
 
   /** Call after a top-up committed in Postgres. */

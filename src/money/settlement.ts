@@ -30,6 +30,8 @@ export interface Settlement {
   holdId: string | null;
   /** The call's vetted Callback-Url: its delivery is queued once this outcome is committed (src/calls/webhooks.ts). */
   callbackUrl?: string;
+  /** The job whose slot in flight (its account's) is given back once it is settled completed. */
+  slotId?: string;
 }
 
 /** An outcome already stored for a job (it was settled before: a redelivery). */
@@ -52,6 +54,8 @@ export interface Settled {
   prior: StoredOutcome | null;
   /** False when the job already had an outcome (`prior` is that outcome, when it was readable). */
   stored: boolean;
+  /** The entry's `slotId` was given back with the batch's holds (else its worker gives it back). */
+  slotReleased?: boolean;
 }
 
 interface Pending {
@@ -207,17 +211,43 @@ export class Settler {
       // Before the answers: a job only completes once its delivery is queued. A failure to queue costs the webhook, never the charge.
       await this.onEnded!(hooked.map((p) => p.entry)).catch((err: Error) => this.log.warn({ err: err.message, jobs: hooked.length }, 'queueing webhook deliveries failed'));
     }
+    await this.dropHolds(batch, settled);
     batch.forEach((p, i) => p.resolve(settled[i]!));
-    // The charges are durable now and `avail` already excludes them, so dropping the holds is
-    // bookkeeping that need not delay the answers. A hold left behind by a failure here is only
-    // read if the same job later failed for good, which a settled job does not.
-    // Not a job found cancelled: it was not charged, so its hold is given back (the runner), not dropped.
-    const held = batch.filter((p, i) => p.entry.holdId && p.entry.status === 'completed' && settled[i]!.prior?.status !== 'cancelled');
-    if (held.length) {
-      this.credits
-        .settled(held.map((p) => ({ accountId: p.entry.accountId, holdId: p.entry.holdId! })))
-        .catch((err) => this.log.warn({ err, holds: held.length }, 'dropping settled holds failed'));
-    }
+  }
+
+  /**
+   * The charges are durable now and `avail` already excludes them: the batch's holds are dropped, and
+   * the slots in flight of the jobs that completed given back, one script per account for the whole
+   * batch (instead of a command per job from each worker). Waited for, so a caller answered can start
+   * its next call at once, but for at most a second: with Redis slow or gone the answers go anyway. A
+   * hold left behind is only read if the same job later failed for good, which a settled job does not
+   * (and the reconciler drops it); a slot not given back here is given back by the job's worker.
+   * Not a job found cancelled: it was not charged, so its hold is given back (the runner), not dropped.
+   */
+  private async dropHolds(batch: Pending[], settled: Settled[]): Promise<void> {
+    const items: Array<{ accountId: string; holdId: string | null; slotId?: string }> = [];
+    const freed: Settled[] = [];
+    batch.forEach((p, i) => {
+      const e = p.entry;
+      const s = settled[i]!;
+      if (e.status !== 'completed' || s.prior?.status === 'cancelled') return;
+      const completed = s.stored || s.prior?.status === 'completed';
+      const slotId = completed ? e.slotId : undefined;
+      if (!e.holdId && !slotId) return;
+      items.push({ accountId: e.accountId, holdId: e.holdId, slotId });
+      if (slotId) freed.push(s);
+    });
+    if (!items.length) return;
+    let timer: NodeJS.Timeout | undefined;
+    const ok = await Promise.race([
+      this.credits.settled(items).then(
+        () => true,
+        (err) => (this.log.warn({ err, holds: items.length }, 'dropping settled holds failed'), false),
+      ),
+      new Promise<false>((r) => (timer = setTimeout(() => r(false), 1_000))),
+    ]);
+    clearTimeout(timer);
+    if (ok) for (const s of freed) s.slotReleased = true;
   }
 
   /** The batch as the statement's JSON argument; each result is serialised once, here. */

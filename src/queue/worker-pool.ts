@@ -1,7 +1,7 @@
 import { DelayedError, UnrecoverableError, Worker, type Job } from 'bullmq';
 import type { Logger } from 'pino';
 import { concurrencyFor, type Config, type Family } from '../config.js';
-import { JobFailure, type CallJobData, type CallResult, type ToolRunner } from '../services/runner.js';
+import { JobFailure, type CallJobData, type CallResult, type JobRun, type ToolRunner } from '../services/runner.js';
 import { encodeFailure } from './failure.js';
 import { queueName } from './queues.js';
 import { connectRedis, type Redis } from './redis.js';
@@ -172,7 +172,7 @@ export class WorkerPool {
     try {
       // Cancelled while it waited (the pub/sub message came before this job ran here): it must not run.
       if ((await this.redis.exists(cancelKey(this.deps.config.REDIS_PREFIX, job.id!)).catch(() => 0)) === 1) abort.abort(JOB_CANCELLED);
-      const value = await this.deps.runner.run(job.data, {
+      const run: JobRun = {
         id: job.id!,
         attemptsMade: job.attemptsMade,
         // A retry, or a redelivery after a stall (not fair-share waits, which count no attempt).
@@ -191,7 +191,8 @@ export class WorkerPool {
           const first = Object.values(values)[0];
           return first?.result;
         },
-      });
+      };
+      const value = await this.deps.runner.run(job.data, run);
       finished('ok');
       // The call is settled and answered now: a failure below must not fail (and re-run) it.
       if (ephemeral) {
@@ -200,7 +201,7 @@ export class WorkerPool {
           .catch((err: Error) => this.deps.log.warn({ err: err.message, job: job.id }, 'job record write failed'));
       }
       if (job.data.eventLog) await logEvent({ type: 'step', job: job.id!, outcome: 'completed', value });
-      await this.releaseSlots(job.data, [job.id!]);
+      if (!run.slotReleased) await this.releaseSlots(job.data, [job.id!]);
       return value;
     } catch (e) {
       if (!(e instanceof JobFailure)) throw e;

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { AppError } from '../errors.js';
+import { AppError, isAppError } from '../errors.js';
 import { JobListQuery } from '../money/results.js';
 import { parseOrThrow } from '../services/validation.js';
 import { awaitJobBody as awaitJob } from '../calls/await-job.js';
@@ -91,22 +91,37 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
   app.post<{ Params: { name: string } }>('/tools/:name', async (req, reply) => {
     const paid = payPerCallFor(req);
     if (paid) return sendPaidToolCall(req, reply, paid);
-    const caller = await app.authenticate(req, reply);
+    // The rate-limit hit of a plain call is counted by admission's script, with its slot and hold (one
+    // round trip fewer). A stream, a replayable (Idempotency-Key) or a Callback-Url request counts it at
+    // the door as every other route does: before any work is done for it.
+    const { caller, rate } = await app.authenticateDeferred(req, reply);
+    const stream = wantsEventStream(req);
+    if (stream || req.headers['idempotency-key'] !== undefined || req.headers['callback-url'] !== undefined) await rate.now();
     // Accept: text/event-stream answers with Server-Sent Events (src/routes/stream.ts).
-    if (wantsEventStream(req)) return streamToolCall(app, req, reply, caller, { requestId: req.id, edgeToken: edgeTokenHeader(req) });
-    // Vetted before anything is reserved or queued: a refused Callback-Url is a 400 that costs nothing.
-    const callbackUrl = await callbackUrlHeader(req);
-    return sendIdempotent(req, reply, caller, async (track) =>
-      answerResponse(
-        await calls.call(caller, req.params.name, req.body, {
-          requestId: req.id,
-          respondAsync: wantsAsync(req),
-          edgeToken: edgeTokenHeader(req),
-          onJobId: track,
-          callbackUrl,
-        }),
-      ),
-    );
+    if (stream) return streamToolCall(app, req, reply, caller, { requestId: req.id, edgeToken: edgeTokenHeader(req) });
+    try {
+      // Vetted before anything is reserved or queued: a refused Callback-Url is a 400 that costs nothing.
+      const callbackUrl = await callbackUrlHeader(req);
+      return await sendIdempotent(req, reply, caller, async (track) =>
+        answerResponse(
+          await calls.call(caller, req.params.name, req.body, {
+            requestId: req.id,
+            respondAsync: wantsAsync(req),
+            edgeToken: edgeTokenHeader(req),
+            onJobId: track,
+            callbackUrl,
+            rateLimit: rate,
+          }),
+        ),
+      );
+    } catch (e) {
+      // Refused before admission (unknown tool, plan, bad input): the request counts all the same, and
+      // over the limit it is answered 429, as it would have been at the door.
+      if (rate.pending) await rate.now().catch((err: unknown) => {
+        if (isAppError(err) && err.code === 'rate_limited') throw err;
+      });
+      throw e;
+    }
   });
 
   // The calling key's recent calls, newest first (job_results; kept JOB_RESULT_DAYS).

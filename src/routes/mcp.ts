@@ -7,6 +7,9 @@ import { rateLimitHeaders } from '../services/rate-limit.js';
 import { isJsonTooDeep, jsonBodyParser } from '../plugins/json-body.js';
 import { edgeTokenHeader } from './calls.js';
 
+/** /mcp checks origins itself: the global CORS handling (src/routes/openapi.ts) skips its routes. */
+const NO_GLOBAL_CORS = { config: { cors: false } } as const;
+
 /** Marks a body that was not JSON, so the answer can be JSON-RPC's parse error after authentication. */
 const NOT_JSON = Symbol('not json');
 /** Marks a body nested past MAX_JSON_DEPTH: refused as an Invalid Request after authentication. */
@@ -90,7 +93,7 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
     if (req.method === 'POST') await authenticate(app, req, reply);
   });
 
-  app.options('/mcp', async (_req, reply) =>
+  app.options('/mcp', NO_GLOBAL_CORS, async (_req, reply) =>
     reply
       .status(204)
       .header('access-control-allow-methods', 'POST')
@@ -99,7 +102,7 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
       .send(),
   );
 
-  app.post('/mcp', async (req, reply) => {
+  app.post('/mcp', NO_GLOBAL_CORS, async (req, reply) => {
     if (req.body === NOT_JSON) {
       return reply.status(400).send({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'Parse error: the body is not valid JSON' } });
     }
@@ -157,8 +160,8 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
   const notAllowed = async () => {
     throw new AppError('method_not_allowed', 'This MCP endpoint is stateless: POST JSON-RPC messages to /mcp', {}, { headers: { allow: 'POST' } });
   };
-  app.get('/mcp', notAllowed);
-  app.delete('/mcp', notAllowed);
+  app.get('/mcp', NO_GLOBAL_CORS, notAllowed);
+  app.delete('/mcp', NO_GLOBAL_CORS, notAllowed);
 }
 
 /** 401s carry WWW-Authenticate, as RFC 9110 asks of them, naming the Bearer scheme. */

@@ -72,9 +72,9 @@ export async function installCors(app: FastifyInstance, config: Config): Promise
     strictPreflight: false,
   };
   const isMcp = (url: string | undefined) => url === '/mcp';
-  await app.register(cors, {
-    delegator: (req, cb) => cb(null, isMcp(req.routeOptions.url) ? { origin: false } : options),
-  });
+  // Fixed options, normalised once (a delegator's are normalised again on every request); the /mcp
+  // routes opt out with `config: { cors: false }` (src/routes/mcp.ts).
+  await app.register(cors, options);
   // Some answers name their own exposed headers (x402's X-Payment-*): keep the whole list beside them.
   const ours = CORS_EXPOSED_HEADERS.join(', ');
   const known = new Set(CORS_EXPOSED_HEADERS.map((h) => h.toLowerCase()));

@@ -14,6 +14,7 @@ import type { CreditReservations } from '../money/holds.js';
 import { assertEdgeToken, type EdgeTokenSealer } from './edge-token.js';
 import type { CallJobData, CallResult } from './runner.js';
 import { parseOrThrow } from './validation.js';
+import type { DeferredHit } from './rate-limit.js';
 
 export type CallAnswer =
   | { status: 200; jobId: string; body: CallResult }
@@ -32,6 +33,8 @@ export interface CallOptions {
   onJobId?: (jobId: string) => void | Promise<void>;
   /** A Callback-Url already vetted (src/calls/webhooks.ts): the job's outcome is POSTed there when it ends. */
   callbackUrl?: string;
+  /** The request's rate-limit hit, not counted yet: admission counts it in its own script. */
+  rateLimit?: DeferredHit;
 }
 
 /** Checks that the caller's plan and key may use the tool. */
@@ -113,9 +116,9 @@ export class CallService {
    * (429 concurrency_limited), then credit holds (402 when the balance or a sub-key's month can't
    * cover them). Either all are admitted or nothing is held.
    */
-  async reserve(caller: Caller, jobs: Array<{ jobId: string; data: CallJobData }>): Promise<void> {
+  async reserve(caller: Caller, jobs: Array<{ jobId: string; data: CallJobData }>, rate?: DeferredHit): Promise<void> {
     try {
-      await this.admit(caller, jobs);
+      await this.admit(caller, jobs, rate);
     } catch (e) {
       // Redis or Postgres unreachable: 503 with Retry-After. Whatever was taken before the failure is
       // given back by the reconciler (no job will ever exist for it).
@@ -123,7 +126,7 @@ export class CallService {
     }
   }
 
-  private async admit(caller: Caller, jobs: Array<{ jobId: string; data: CallJobData }>): Promise<void> {
+  private async admit(caller: Caller, jobs: Array<{ jobId: string; data: CallJobData }>, rate?: DeferredHit): Promise<void> {
     const owner = slotOwner(jobs[0]!.data)!;
     const ids = jobs.map((j) => j.jobId);
     if (caller.kind !== 'key') return this.deps.slots.take(owner, PLAN_MAX_IN_FLIGHT.pro, ids);
@@ -131,7 +134,7 @@ export class CallService {
     const cap = this.deps.slots.capFor(caller.plan, caller.maxInFlight);
     const holds = jobs.filter((j) => j.data.priceCents > 0).map((j) => ({ holdId: j.jobId, amount: j.data.priceCents }));
     const sub = caller.subKey && holds.length ? { keyId: caller.subKey.keyId, monthlyLimitCents: caller.subKey.monthlyLimitCents } : null;
-    await this.deps.credits.reserve(caller.accountId, holds, sub, this.deps.slots.claim(owner, cap, ids));
+    await this.deps.credits.reserve(caller.accountId, holds, sub, this.deps.slots.claim(owner, cap, ids), rate);
   }
 
   /** Gives back what `reserve` took for jobs that were never queued. */
@@ -154,7 +157,7 @@ export class CallService {
     const jobId = newJobId(tool.family);
     const data = this.jobData(caller, tool, input, opts.requestId, edgeToken);
     if (opts.callbackUrl && caller.kind === 'key') data.callbackUrl = opts.callbackUrl;
-    await this.reserve(caller, [{ jobId, data }]);
+    await this.reserve(caller, [{ jobId, data }], opts.rateLimit);
     const wait = opts.respondAsync ? null : this.deps.dispatcher.waitFor(jobId, this.deps.config.SYNC_TIMEOUT_MS);
     try {
       // Awaited: an Idempotency-Key claim records the job before it can run.

@@ -15,33 +15,38 @@ export const PLAN_RPM: Record<Exclude<Plan, 'enterprise'>, number> = { free: 10,
  * A hit may weigh more than one request (an MCP batch of n messages): all n are admitted together
  * only if all n fit, so a batch cannot take a window past its limit.
  */
-// KEYS: log   ARGV: limit, windowMs, member suffix, weight
-const SLIDE = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local n = tonumber(ARGV[4])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-local count = redis.call('ZCARD', KEYS[1])
-local admitted = 0
-if count + n <= limit then
-  for i = 1, n do
-    redis.call('ZADD', KEYS[1], now, now .. ':' .. ARGV[3] .. ':' .. i)
+// slide(log key, limit, windowMs, member suffix, weight) -> {admitted, remaining, resetMs}. Also part
+// of the admission script (src/money/holds.ts), which counts a tool call's request in the same step.
+export const SLIDE_FN = `
+local function slide(key, limit, window, member, n)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  local count = redis.call('ZCARD', key)
+  local admitted = 0
+  if count + n <= limit then
+    for i = 1, n do
+      redis.call('ZADD', key, now, now .. ':' .. member .. ':' .. i)
+    end
+    count = count + n
+    admitted = 1
   end
-  count = count + n
-  admitted = 1
+  redis.call('PEXPIRE', key, window)
+  -- Until the window frees a request; refused, until it frees enough for this hit's weight.
+  local need = 1
+  if admitted == 0 then need = count + n - limit end
+  local reset = window
+  if need <= count then
+    local e = redis.call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')
+    if e[2] then reset = tonumber(e[2]) + window - now end
+  end
+  return {admitted, limit - count, reset}
 end
-redis.call('PEXPIRE', KEYS[1], window)
--- Until the window frees a request; refused, until it frees enough for this hit's weight.
-local need = 1
-if admitted == 0 then need = count + n - limit end
-local reset = window
-if need <= count then
-  local e = redis.call('ZRANGE', KEYS[1], need - 1, need - 1, 'WITHSCORES')
-  if e[2] then reset = tonumber(e[2]) + window - now end
-end
-return {admitted, limit - count, reset}
+`;
+
+// KEYS: log   ARGV: limit, windowMs, member suffix, weight
+const SLIDE = `${SLIDE_FN}
+return slide(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]))
 `;
 
 export interface RateLimitState {
@@ -82,9 +87,44 @@ export class RateLimiter {
    * throws rate_limited (429 + Retry-After) when they do not all fit in the window.
    */
   async hit(subject: string, limit: number, weight = 1): Promise<RateLimitState> {
-    const key = this.key(subject);
-    weight = Math.max(1, Math.floor(weight));
-    const [admitted, remaining, resetMs] = await this.redis.tgSlide(1, key, limit, this.config.RATE_LIMIT_WINDOW_MS, `${this.node}:${++this.seq}`, weight);
+    const slide = this.slideArgs(subject, limit, weight);
+    return this.outcome(limit, weight, await this.redis.tgSlide(1, slide.key, ...slide.args));
+  }
+
+  /**
+   * One request's hit, to be counted later: by admission's own script (src/money/holds.ts), which then
+   * takes the rate limit, the slot in flight and the credit hold in one step, or by `now()` when the
+   * request ends before it reaches admission (bad input, a replay, a stream). Counted once either way.
+   */
+  deferred(subject: string, limit: number, onState: (s: RateLimitState) => void): DeferredHit {
+    let done = false;
+    const hit: DeferredHit = {
+      get pending() {
+        return !done;
+      },
+      slide: () => (done ? null : this.slideArgs(subject, limit, 1)),
+      counted: (reply) => {
+        done = true;
+        const state = this.outcome(limit, 1, reply);
+        onState(state);
+        return state;
+      },
+      now: async () => {
+        if (done) return;
+        done = true;
+        onState(await this.hit(subject, limit));
+      },
+    };
+    return hit;
+  }
+
+  private slideArgs(subject: string, limit: number, weight: number) {
+    const n = Math.max(1, Math.floor(weight));
+    return { key: this.key(subject), args: [limit, this.config.RATE_LIMIT_WINDOW_MS, `${this.node}:${++this.seq}`, n] as [number, number, string, number] };
+  }
+
+  /** The script's answer as headers' state, or the 429 when refused. */
+  private outcome(limit: number, weight: number, [admitted, remaining, resetMs]: [number, number, number]): RateLimitState {
     const state = { limit, remaining: Math.max(0, remaining), resetSeconds: Math.max(admitted ? 0 : 1, Math.ceil(resetMs / 1000)) };
     if (!admitted) {
       const what = weight > 1 ? `reached for these ${weight} requests` : 'reached';
@@ -94,6 +134,17 @@ export class RateLimiter {
     }
     return state;
   }
+}
+
+/** A request's rate-limit hit not counted yet (RateLimiter.deferred). */
+export interface DeferredHit {
+  readonly pending: boolean;
+  /** The window's key and the slide's arguments (limit, windowMs, member, weight), or null once counted. */
+  slide(): { key: string; args: [number, number, string, number] } | null;
+  /** Takes the slide's answer from a script that ran it; throws rate_limited when refused. */
+  counted(reply: [number, number, number]): RateLimitState;
+  /** Counts it now on its own (no-op once counted); throws rate_limited when refused. */
+  now(): Promise<void>;
 }
 
 export function rateLimitHeaders(s: RateLimitState): Record<string, string> {

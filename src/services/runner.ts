@@ -72,6 +72,8 @@ export interface JobRun {
   progress(p: ToolProgress): Promise<void>;
   /** Output of the previous chain step (a flow child), when the job is a later chain step. */
   previousOutput(): Promise<unknown>;
+  /** Set by the runner when settlement gave the job's slot in flight back (the worker then need not). */
+  slotReleased?: boolean;
 }
 
 export class JobFailure extends Error {
@@ -203,7 +205,10 @@ export class ToolRunner {
         costCents: cost,
         result,
         usage: Object.keys(usage).length ? usage : null,
+        // Its account's slot for this job goes back with the batch's holds.
+        slotId: job.id,
       });
+      if (settled.slotReleased) job.slotReleased = true;
       // Settled before (a redelivery that ran anyway): the first answer is the one that was charged.
       if (settled.prior) return await this.answerWith(data, job.id, settled.prior);
       if (!settled.stored) {

@@ -53,9 +53,9 @@ const ns = (s: Sample, sandbox = false) => passports.namespace({ accountId: s.ac
 const pp = (s: Sample, ...suffixes: string[]) => [false, true].flatMap((sandbox) => suffixes.map((x) => `${ns(s, sandbox)}:${x}`));
 
 const INVENTORY: Entry[] = [
-  // Admission: the holds and the owner's slots in flight, in one script.
-  { file: 'src/money/holds.ts', kind: 'script', name: 'tgReserve', keys: (s) => [...credits.scriptKeys(s.account, s.keyId).tgReserve, ...slots.claim(s.account, 5, ['j']).keys] },
-  { file: 'src/money/holds.ts', kind: 'script', name: 'tgReserve (no sub-key)', keys: (s) => [...credits.scriptKeys(s.account, null).tgReserve, ...slots.claim(s.account, 5, ['j']).keys] },
+  // Admission: the rate-limit hit, the holds and the owner's slots in flight, in one script.
+  { file: 'src/money/holds.ts', kind: 'script', name: 'tgReserve', keys: (s) => [...credits.scriptKeys(s.account, s.keyId).tgReserve, ...slots.claim(s.account, 5, ['j']).keys, limiter.key(s.account)] },
+  { file: 'src/money/holds.ts', kind: 'script', name: 'tgReserve (no sub-key, no hit)', keys: (s) => [...credits.scriptKeys(s.account, null).tgReserve, ...slots.claim(s.account, 5, ['j']).keys, credits.noRateKey(s.account)] },
   ...(['tgRelease', 'tgSettled', 'tgTopup', 'tgLoad', 'tgLoadSubuse', 'tgHoldSnapshot', 'tgHoldRebuild'] as const).flatMap((name) => [
     { file: 'src/money/holds.ts', kind: 'script' as const, name, keys: (s: Sample) => credits.scriptKeys(s.account, s.keyId)[name] },
     { file: 'src/money/holds.ts', kind: 'script' as const, name: `${name} (no sub-key)`, keys: (s: Sample) => credits.scriptKeys(s.account, null)[name] },
