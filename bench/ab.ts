@@ -18,11 +18,18 @@ import { AccountsRepo } from '../src/db/accounts-repo.js';
 import { AdminService } from '../src/services/admin.js';
 import { CreditReservations } from '../src/money/holds.js';
 import { connectRedis } from '../src/queue/redis.js';
+import { mkdtempSync } from 'node:fs';
+import { formatSummary, profilesOf, summarise } from './cpuprofile.js';
 import { benchPorts, cpuMs, cpuMsOfComm, deleteAccounts, drive, median, poster, startService, sweepKeys } from './common.js';
 
 const ROUNDS = Number(process.env.BENCH_AB_ROUNDS ?? 3);
 const IN_FLIGHT = Number(process.env.BENCH_AB_INFLIGHT ?? 50);
 const CALLS = Number(process.env.BENCH_AB_CALLS ?? 8000);
+/** BENCH_AB_PROF=1: B's last round runs under `node --cpu-prof`; its main thread's top functions are printed. */
+const PROFILE = process.env.BENCH_AB_PROF === '1';
+/** BENCH_AB_B_NODE_ARGS: node options for B only (e.g. a V8 flag to compare against the same code without it). */
+const B_NODE_ARGS = (process.env.BENCH_AB_B_NODE_ARGS ?? '').split(' ').filter(Boolean);
+const nowUs = () => Number(process.hrtime.bigint() / 1000n);
 const log = (s: string) => process.stderr.write(`[ab ${new Date().toISOString().slice(11, 19)}] ${s}\n`);
 
 function baseCheckout(): string {
@@ -55,13 +62,19 @@ async function main() {
   try {
     for (let r = 0; r < ROUNDS; r++) {
       for (const side of ['A', 'B'] as const) {
-        const svc = await startService({ port: ports.service, split: false, env, cwd: sides[side] });
+        const prof = PROFILE && side === 'B' && r === ROUNDS - 1 ? mkdtempSync(join(tmpdir(), 'tollgate-ab-prof-')) : null;
+        const svc = await startService({ port: ports.service, split: false, env, cwd: sides[side], nodeArgs: [...(side === 'B' ? B_NODE_ARGS : []), ...(prof ? ['--cpu-prof', `--cpu-prof-dir=${prof}`] : [])] });
+        let window: [number, number] = [0, 0];
+        let calls = 0;
         try {
           const post = poster(svc.client, headers);
           const op = () => post('/tools/compute', body).then(() => {});
           await drive(IN_FLIGHT, Math.floor(CALLS / 4), op);
           const c0 = [cpuMs(svc.api.pid!), cpuMsOfComm('redis-server'), cpuMsOfComm('postgres')];
+          const w0 = nowUs();
           const s = await drive(IN_FLIGHT, CALLS, op);
+          window = [w0, nowUs()];
+          calls = s.n;
           const c1 = [cpuMs(svc.api.pid!), cpuMsOfComm('redis-server'), cpuMsOfComm('postgres')];
           const per = c1.map((v, i) => (v - c0[i]!) / s.n);
           const m = await (await svc.client.request({ path: '/metrics', method: 'GET' })).body.text();
@@ -71,6 +84,13 @@ async function main() {
           log(`round ${r + 1} ${side}: ${s.rps.toFixed(0)} req/s, CPU ms/call service ${per[0]!.toFixed(3)} redis ${per[1]!.toFixed(3)} postgres ${per[2]!.toFixed(3)}; mean settlement batch ${batch.toFixed(1)}`);
         } finally {
           await svc.stop();
+        }
+        if (prof) {
+          await new Promise((res) => setTimeout(res, 500));
+          const files = profilesOf(prof, svc.api.pid!);
+          const summaries = files.map((f) => summarise(f.file, svc.api.pid!, f.thread, window));
+          if (summaries[0]) for (const l of formatSummary('CPU profile of B, main thread', summaries[0], calls, 40)) console.log(l);
+          for (const t of summaries.slice(1).sort((a, b) => b.busyMs - a.busyMs).slice(0, 1)) for (const l of formatSummary('busiest other thread', t, calls, 12)) console.log(l);
         }
       }
     }
