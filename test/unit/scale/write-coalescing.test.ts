@@ -4,8 +4,8 @@ import { inject } from 'vitest';
 import { connectCommandRedis, connectRedis, type Redis } from '../../../src/queue/redis.js';
 
 /**
- * src/queue/redis.ts corks a connection's socket at the first command of an event-loop turn and
- * uncorks it at the turn's end: the turn's commands leave in one write, in order. Checked on the
+ * src/queue/redis.ts corks a connection's socket at the first command of a pass of the event loop and
+ * uncorks it when the pass ends (setImmediate): the pass's commands leave in one write, in order. Checked on the
  * socket itself (how many writes reached it), and again after the connection was killed and reopened.
  */
 const opened: Redis[] = [];
@@ -42,7 +42,7 @@ async function ready(r: Redis): Promise<Redis> {
   return r;
 }
 
-describe('commands of one event-loop turn leave in one write', () => {
+describe('commands of one event-loop pass leave in one write', () => {
   for (const [name, open] of [
     ['worker connection', () => connectRedis(inject('redisUrl'))],
     ['fail-fast command connection', () => connectCommandRedis(inject('redisUrl'))],
@@ -56,7 +56,7 @@ describe('commands of one event-loop turn leave in one write', () => {
       expect(seen.flushes).toBe(1);
       expect(seen.chunks).toBe(50);
       expect(await r.lrange(key, 0, -1)).toEqual(Array.from({ length: 50 }, (_, i) => String(i)));
-      // Turns apart: one flush each, nothing held back.
+      // Awaited one by one: one flush each, nothing held back.
       for (let i = 0; i < 3; i++) await r.get(key + ':none');
       expect(seen.flushes).toBe(5);
       await r.del(key);
