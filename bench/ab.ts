@@ -29,6 +29,8 @@ const CALLS = Number(process.env.BENCH_AB_CALLS ?? 8000);
 const PROFILE = process.env.BENCH_AB_PROF === '1';
 /** BENCH_AB_B_NODE_ARGS: node options for B only (e.g. a V8 flag to compare against the same code without it). */
 const B_NODE_ARGS = (process.env.BENCH_AB_B_NODE_ARGS ?? '').split(' ').filter(Boolean);
+/** BENCH_AB_B_ENV: `NAME=value ...` set for B only (a setting to compare against the same code without it). */
+const B_ENV = Object.fromEntries((process.env.BENCH_AB_B_ENV ?? '').split(' ').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
 const nowUs = () => Number(process.hrtime.bigint() / 1000n);
 const log = (s: string) => process.stderr.write(`[ab ${new Date().toISOString().slice(11, 19)}] ${s}\n`);
 
@@ -63,7 +65,7 @@ async function main() {
     for (let r = 0; r < ROUNDS; r++) {
       for (const side of ['A', 'B'] as const) {
         const prof = PROFILE && side === 'B' && r === ROUNDS - 1 ? mkdtempSync(join(tmpdir(), 'tollgate-ab-prof-')) : null;
-        const svc = await startService({ port: ports.service, split: false, env, cwd: sides[side], nodeArgs: [...(side === 'B' ? B_NODE_ARGS : []), ...(prof ? ['--cpu-prof', `--cpu-prof-dir=${prof}`] : [])] });
+        const svc = await startService({ port: ports.service, split: false, env: side === 'B' ? { ...env, ...B_ENV } : env, cwd: sides[side], nodeArgs: [...(side === 'B' ? B_NODE_ARGS : []), ...(prof ? ['--cpu-prof', `--cpu-prof-dir=${prof}`] : [])] });
         let window: [number, number] = [0, 0];
         let calls = 0;
         try {
