@@ -50,6 +50,12 @@ const CHAIN = process.env.BENCH_BREAKDOWN_CHAIN !== '0';
 
 const log = (s: string) => process.stderr.write(`[breakdown ${new Date().toISOString().slice(11, 19)}] ${s}\n`);
 const inc = <K>(m: Map<K, number>, k: K, n = 1) => m.set(k, (m.get(k) ?? 0) + n);
+/** total_reads_processed / total_writes_processed of INFO stats. */
+function redisIo(info: string): { reads: number; writes: number } {
+  const num = (k: string) => Number(new RegExp(`^${k}:(\\d+)`, 'm').exec(info)?.[1] ?? NaN);
+  return { reads: num('total_reads_processed'), writes: num('total_writes_processed') };
+}
+
 const nowUs = () => Number(process.hrtime.bigint() / 1000n);
 
 /** Local TCP ports of the sockets a process holds (its fds against /proc/net/tcp{,6}). */
@@ -92,6 +98,8 @@ interface Result {
   lua: Map<string, number>;
   inner: Map<string, number>;
   commandstats: Map<string, number>;
+  /** Socket reads and writes redis-server made in the timing phase (INFO stats). */
+  io: { reads: number; writes: number };
   idleSentPerSec: Map<string, number>;
   sql: Map<string, Map<string, number>>;
   sqlTrips: Map<string, number>;
@@ -280,17 +288,21 @@ async function main() {
 
       // Timing phase.
       log(`${label}: timing phase, ${n} ${chain ? 'operations' : 'calls'} at ${IN_FLIGHT} in flight`);
+      const io0 = redisIo(await stats.info('stats'));
       const cpu0 = { api: cpuMs(pids.api), worker: cpuMs(pids.worker), redis: cpuMs(redisServer.pid!), postgres: cpuMsOfComm('postgres') };
       const w0 = nowUs();
       const t = await drive(IN_FLIGHT, n, op);
       const w1 = nowUs();
+      const io1 = redisIo(await stats.info('stats'));
+      // Socket reads and writes Redis made: how many separate writes the clients' commands arrived in.
+      const io = { reads: io1.reads - io0.reads - 1, writes: io1.writes - io0.writes - 1 };
       const cpu = {
         api: cpuMs(pids.api) - cpu0.api,
         worker: cpuMs(pids.worker) - cpu0.worker,
         redis: cpuMs(redisServer.pid!) - cpu0.redis,
         postgres: cpuMsOfComm('postgres') - cpu0.postgres,
       };
-      return { label, calls: n, sent, bytes, lua, inner, commandstats, idleSentPerSec, sql, sqlTrips, commits, cpu, rps: t.rps, countRps: c.rps, window: [w0, w1], pids };
+      return { label, calls: n, sent, bytes, lua, inner, commandstats, idleSentPerSec, sql, sqlTrips, commits, cpu, io, rps: t.rps, countRps: c.rps, window: [w0, w1], pids };
     };
 
     log('service: WORKERS=off API + core worker process');
@@ -349,6 +361,8 @@ async function main() {
     row3('Lua script calls (evalsha/eval/fcall)', luaCalls);
     row3('Redis commands run inside Lua scripts', (r) => sum(r.inner));
     row3('Redis commands executed (INFO commandstats)', statsTotal);
+    row3('Redis socket reads (INFO stats, timing phase)', (r) => r.io.reads);
+    row3('Redis socket writes (INFO stats, timing phase)', (r) => r.io.writes);
     row3('SQL statements, API process', (r) => sqlBy(r, 'api'));
     row3('SQL statements, worker process', (r) => sqlBy(r, 'worker'));
     row3('SQL statements, other connections', (r) => sqlBy(r, 'other'));
