@@ -25,6 +25,8 @@ import { benchPorts, cpuMs, cpuMsOfComm, deleteAccounts, drive, median, poster, 
 const ROUNDS = Number(process.env.BENCH_AB_ROUNDS ?? 3);
 const IN_FLIGHT = Number(process.env.BENCH_AB_INFLIGHT ?? 50);
 const CALLS = Number(process.env.BENCH_AB_CALLS ?? 8000);
+/** BENCH_AB_OP=chain: each operation is one POST / with a chain of three compute calls instead of one POST /tools/compute. */
+const CHAIN = process.env.BENCH_AB_OP === 'chain';
 /** BENCH_AB_PROF=1: B's last round runs under `node --cpu-prof`; its main thread's top functions are printed. */
 const PROFILE = process.env.BENCH_AB_PROF === '1';
 /** BENCH_AB_B_NODE_ARGS: node options for B only (e.g. a V8 flag to compare against the same code without it). */
@@ -70,7 +72,9 @@ async function main() {
         let calls = 0;
         try {
           const post = poster(svc.client, headers);
-          const op = () => post('/tools/compute', body).then(() => {});
+          const op = CHAIN
+            ? () => post('/', JSON.stringify({ chain: ['compute', 'compute', 'compute'], q: '2 * (3 + 4)' })).then(() => {})
+            : () => post('/tools/compute', body).then(() => {});
           await drive(IN_FLIGHT, Math.floor(CALLS / 4), op);
           const c0 = [cpuMs(svc.api.pid!), cpuMsOfComm('redis-server'), cpuMsOfComm('postgres')];
           const w0 = nowUs();
@@ -83,7 +87,7 @@ async function main() {
           const metric = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(m)?.[1] ?? NaN);
           const batch = metric('tollgate_settlement_batch_size_sum') / metric('tollgate_settlement_batch_size_count');
           results[side].push({ rps: s.rps, svc: per[0]!, redis: per[1]!, pg: per[2]! });
-          log(`round ${r + 1} ${side}: ${s.rps.toFixed(0)} req/s, CPU ms/call service ${per[0]!.toFixed(3)} redis ${per[1]!.toFixed(3)} postgres ${per[2]!.toFixed(3)}; mean settlement batch ${batch.toFixed(1)}`);
+          log(`round ${r + 1} ${side}: ${s.rps.toFixed(0)} req/s, p50 ${s.p50.toFixed(2)} ms, CPU ms/call service ${per[0]!.toFixed(3)} redis ${per[1]!.toFixed(3)} postgres ${per[2]!.toFixed(3)}; mean settlement batch ${batch.toFixed(1)}`);
         } finally {
           await svc.stop();
         }

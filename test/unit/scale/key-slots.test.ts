@@ -81,7 +81,7 @@ const INVENTORY: Entry[] = [
   { file: 'src/access/passports.ts', kind: 'pipeline', name: 'list metadata', keys: (s) => pp(s, `p:pp_${s.payer}`, `p:pp_${s.keyId}`) },
   { file: 'src/access/passports.ts', kind: 'pipeline', name: 'drop gone members', keys: (s) => pp(s, `p:pp_${s.payer}`, `d:dl_${s.keyId}`) },
   { file: 'src/access/passports.ts', kind: 'pipeline', name: 'inbox metadata', keys: (s) => pp(s, `p:pp_${s.payer}`, `p:none`) },
-  { file: 'src/queue/job-events.ts', kind: 'multi', name: 'append to a job log', keys: (s) => [`${prefix}:events:${s.payer}`] },
+  { file: 'src/queue/job-events.ts', kind: 'script', name: 'tgEventAppend', keys: (s) => [`${prefix}:events:${s.payer}`] },
   { file: 'src/queue/heartbeat.ts', kind: 'script', name: 'tgWorkerBeat', keys: () => [seenKey(prefix), ...FAMILIES.map((f) => familyKey(prefix, f))] },
   { file: 'src/queue/heartbeat.ts', kind: 'script', name: 'tgWorkerCount', keys: () => [seenKey(prefix), ...FAMILIES.map((f) => familyKey(prefix, f))] },
   { file: 'src/queue/heartbeat.ts', kind: 'pipeline', name: 'leave the families', keys: () => FAMILIES.map((f) => familyKey(prefix, f)) },
