@@ -33,7 +33,7 @@ declare module 'fastify' {
     authenticate(req: FastifyRequest, reply: FastifyReply): Promise<KeyCaller>;
     /**
      * Authenticates, and leaves the rate-limit hit to be counted by admission's script (a tool call:
-     * one Redis round trip fewer). `countHit` counts it on its own if the request ends before then
+     * one Redis round trip fewer). `rate.now()` counts it on its own if the request ends before then
      * (the route calls it on every path that does not reach admission); it is counted exactly once.
      */
     authenticateDeferred(req: FastifyRequest, reply: FastifyReply): Promise<{ caller: KeyCaller; rate: DeferredHit }>;
@@ -70,19 +70,17 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
     throttle: new AuthFailureThrottle(container.redis, config.REDIS_PREFIX, config.AUTH_FAIL_PER_MINUTE, config.RATE_LIMIT_WINDOW_MS, app.log),
   });
   api.payPerCall?.limitPayers(api.limiter, config.X402_RPM);
-  app.decorate('authenticate', async (req: FastifyRequest, reply: FastifyReply) => {
-    // req.ip is the socket's peer, or with TRUST_PROXY the address the proxy in front saw.
-    const caller = await api.auth.authenticate(req.headers.authorization, req.ip);
-    req.caller = caller;
-    const state = await api.limiter.hit(caller.accountId, api.limiter.limitFor(caller.plan, caller.rpm));
-    reply.headers(rateLimitHeaders(state));
-    return caller;
-  });
   app.decorate('authenticateDeferred', async (req: FastifyRequest, reply: FastifyReply) => {
+    // req.ip is the socket's peer, or with TRUST_PROXY the address the proxy in front saw.
     const caller = await api.auth.authenticate(req.headers.authorization, req.ip);
     req.caller = caller;
     const rate = api.limiter.deferred(caller.accountId, api.limiter.limitFor(caller.plan, caller.rpm), (state) => reply.headers(rateLimitHeaders(state)));
     return { caller, rate };
+  });
+  app.decorate('authenticate', async (req: FastifyRequest, reply: FastifyReply) => {
+    const { caller, rate } = await app.authenticateDeferred(req, reply);
+    await rate.now();
+    return caller;
   });
   app.addHook('onSend', async (req, reply) => {
     reply.header('x-request-id', req.id);
