@@ -211,7 +211,7 @@ export class Settler {
       // Before the answers: a job only completes once its delivery is queued. A failure to queue costs the webhook, never the charge.
       await this.onEnded!(hooked.map((p) => p.entry)).catch((err: Error) => this.log.warn({ err: err.message, jobs: hooked.length }, 'queueing webhook deliveries failed'));
     }
-    await this.dropHolds(batch, settled);
+    await this.dropHoldsAndFreeSlots(batch, settled);
     batch.forEach((p, i) => p.resolve(settled[i]!));
   }
 
@@ -224,7 +224,7 @@ export class Settler {
    * (and the reconciler drops it); a slot not given back here is given back by the job's worker.
    * Not a job found cancelled: it was not charged, so its hold is given back (the runner), not dropped.
    */
-  private async dropHolds(batch: Pending[], settled: Settled[]): Promise<void> {
+  private async dropHoldsAndFreeSlots(batch: Pending[], settled: Settled[]): Promise<void> {
     const items: Array<{ accountId: string; holdId: string | null; slotId?: string }> = [];
     const freed: Settled[] = [];
     batch.forEach((p, i) => {
