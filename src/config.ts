@@ -32,7 +32,17 @@ export const ConfigSchema = z
   .object({
     PORT: int(8080, 0, 65535),
     HOST: z.string().default('0.0.0.0'),
+    /**
+     * The service's public URL (links, the x402 `resource`, /subscribe). Unset, a request's Host is used
+     * only when it is listed in PUBLIC_HOSTS or is a loopback name; production needs one of the two.
+     */
     PUBLIC_BASE_URL: optionalUrl,
+    /** Host names (`host` or `host:port`, comma-separated) a request's Host may name when PUBLIC_BASE_URL is unset. */
+    PUBLIC_HOSTS: z
+      .string()
+      .default('')
+      .transform((s) => s.split(',').map((x) => x.trim().toLowerCase()).filter(Boolean))
+      .pipe(z.array(z.string().regex(/^(\[[0-9a-f:.]+\]|[a-z0-9.-]+)(:\d{1,5})?$/, 'expected host or host:port'))),
     /** `embedded`: a redis-server from PATH with AOF, data under TOLLGATE_DATA_DIR (src/ops/embedded.ts). */
     REDIS_URL: z
       .string()
@@ -108,6 +118,15 @@ export const ConfigSchema = z
     RESULT_MAX_BYTES: int(1_000_000, 1024, 100_000_000),
     /** Days a call's stored answer (GET /jobs, GET /jobs/{id} after Redis forgot the job) is kept. */
     JOB_RESULT_DAYS: int(7, 1, 3650),
+    /**
+     * Seconds a finished job stays in Redis (BullMQ's completed and failed sets); after that GET /jobs/{id}
+     * answers from job_results. Removal happens as later jobs of the same queue finish.
+     */
+    JOB_REDIS_RETENTION_SECONDS: int(300, 1, 86_400),
+    /** Answers (JSON bytes of the result) above this are not put in Redis: the job returns a reference to job_results. */
+    JOB_RESULT_INLINE_BYTES: int(4096, 0, 100_000_000),
+    /** Entries each queue's BullMQ event stream keeps (trimmed approximately on every event). */
+    QUEUE_EVENTS_MAX_LEN: int(10_000, 100, 1_000_000),
     /** compute: largest matrix or range an expression may build. */
     COMPUTE_MAX_ELEMENTS: int(1_000_000, 1, 100_000_000),
     /** Share of a family's workers (and of the sandbox threads) one account may occupy at once. */
@@ -202,7 +221,10 @@ export const ConfigSchema = z
     WEB_FETCH_TIMEOUT_MS: int(15_000, 500, 120_000),
     /** Requests at once to one target host from one worker process. */
     WEB_PER_HOST: int(2, 1, 64),
-    /** 32-byte key (base64 or hex) that encrypts passports at rest; unset: a random key per process (passports do not survive a restart). */
+    /**
+     * 32-byte key (base64 or hex) that encrypts passports at rest. Required in production; elsewhere, unset,
+     * it is generated once into TOLLGATE_DATA_DIR/secrets.json (src/ops/embedded.ts).
+     */
     PASSPORT_KEY: z
       .string()
       .default('')
@@ -215,7 +237,10 @@ export const ConfigSchema = z
     // Edge network (Cloudflare API v4).
     CF_API_BASE_URL: z.string().url().default('https://api.cloudflare.com/client/v4'),
     CF_TIMEOUT_MS: int(15_000, 500, 120_000),
-    /** 32-byte key (base64 or hex) that encrypts edge tokens inside job data. */
+    /**
+     * 32-byte key (base64 or hex) that encrypts edge tokens inside job data and webhook secrets in
+     * Postgres. Required in production; elsewhere, unset, generated once into TOLLGATE_DATA_DIR/secrets.json.
+     */
     EDGE_TOKEN_KEY: z.string().default(''),
     // Webhooks
     /** host:port pairs a Callback-Url may name although they resolve to blocked addresses (and over plain http); tests. */
@@ -228,6 +253,8 @@ export const ConfigSchema = z
     WEBHOOK_BACKOFF_MS: int(42_000, 10, 3_600_000),
     /** Per attempt: connect, headers and body must all arrive within this. */
     WEBHOOK_TIMEOUT_MS: int(10_000, 100, 60_000),
+    /** Deliveries one account may have outstanding (accepted, queued or retrying); a call with a Callback-Url beyond it is 429. */
+    WEBHOOK_MAX_PENDING: int(100, 1, 1_000_000),
     // x402 pay-per-call.
     X402_ENABLED: bool.default('false'),
     X402_PAY_TO: z.string().regex(/^0x[0-9a-fA-F]{40}$/).optional(),
@@ -256,6 +283,12 @@ export const ConfigSchema = z
     X402_DEFERRED_MAX_CENTS: int(100, 1, 10_000_000),
     /** Deferred: authorizations are asked to stay valid this long, so an operator has time to collect. */
     X402_DEFERRED_TIMEOUT_SECONDS: int(3600, 60, 7 * 86400),
+    /**
+     * Deferred: the least time an authorization must still be valid when it arrives, so the operator
+     * can collect it. 0: X402_DEFERRED_TIMEOUT_SECONDS less DEFERRED_ARRIVAL_ALLOWANCE_SECONDS (120 s for
+     * signing, transit and clock skew), which a client that signs for the asked maxTimeoutSeconds meets.
+     */
+    X402_DEFERRED_MIN_VALID_SECONDS: int(0, 0, 7 * 86400),
     // Self-service: top-ups, sign-up, partners
     /** POST /credits/topup: the smallest and largest top-up, in cents (paid with x402). */
     TOPUP_MIN_CENTS: int(500, 1, 100_000_000),

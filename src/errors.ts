@@ -17,6 +17,8 @@ export const ERROR_STATUS = {
   tool_not_allowed: 403,
   forbidden: 403,
   edge_token_rejected: 403,
+  /** A rotated key in its grace period calls tools and reads its own jobs, nothing else: the account's current key manages keys. */
+  key_in_grace: 403,
   tool_not_found: 404,
   not_found: 404,
   /** A grabr_* tool's target disallows the path in robots.txt for GRABR_USER_AGENT: nothing was fetched there. */

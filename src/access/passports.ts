@@ -131,6 +131,11 @@ export interface PassportScope {
    * storing a second passport or delivering twice. Absent: random ids.
    */
   callId?: string;
+  /**
+   * A sub-key's view: it sees, reads, sends on and deletes only the passports it stored and those
+   * delivered to it. The account's other keys see every passport of the account.
+   */
+  ownOnly?: boolean;
 }
 
 /** Finds the key a delivery goes to, inside one account; null when there is none that may receive. */
@@ -145,7 +150,11 @@ let processKey: Buffer | null = null;
 let warned = false;
 const parsedKeys = new Map<string, Buffer>();
 
-/** PASSPORT_KEY as 32 bytes; unset, one random key for the life of this process (logged once). */
+/**
+ * PASSPORT_KEY as 32 bytes. Unset: refused in production; elsewhere the entry points fill it from the data
+ * dir (src/bootstrap.ts), so only a container built without them (tests) gets one random key for the life
+ * of this process (logged once).
+ */
 export function passportKey(config: Pick<Config, 'PASSPORT_KEY'>, log?: Pick<Logger, 'warn'>): Buffer {
   const configured = config.PASSPORT_KEY;
   if (configured) {
@@ -156,6 +165,11 @@ export function passportKey(config: Pick<Config, 'PASSPORT_KEY'>, log?: Pick<Log
       parsedKeys.set(configured, key);
     }
     return key;
+  }
+  // Production never gets a key of one process (passports would not survive a restart): the entry points
+  // refuse to start without PASSPORT_KEY (src/bootstrap.ts), and so does this, for any other way in.
+  if (process.env.NODE_ENV === 'production' || import.meta.url.endsWith('.js')) {
+    throw new ConfigError('PASSPORT_KEY is required in production: passports sealed under a random key of one process open in no other (`openssl rand -hex 32`)');
   }
   if (!processKey) processKey = randomBytes(32);
   if (!warned) {
@@ -399,12 +413,35 @@ export class PassportService {
     return this.openMeta(ns, handle, await this.redis.hgetBuffer(`${ns}:p:${handle}`, 'meta'));
   }
 
+  /**
+   * Whether a sub-key's scope may see this passport: it stored it, or it was delivered to it. The
+   * account's other keys see all. A passport it may not see answers as not found, so nothing tells
+   * it that one exists.
+   */
+  private async visible(scope: PassportScope, ns: string, meta: PassportMeta): Promise<boolean> {
+    if (!scope.ownOnly) return true;
+    if (!scope.callerKeyId) return false;
+    if (meta.from_key_id === scope.callerKeyId) return true;
+    return (await this.deliveredHandles(scope, ns)).has(meta.handle);
+  }
+
+  /** Handles of the live deliveries in the caller's inbox (at most PASSPORTS_PER_ACCOUNT). */
+  private async deliveredHandles(scope: PassportScope, ns: string): Promise<Set<string>> {
+    const ids = await this.redis.zrangebyscore(`${ns}:inbox:${scope.callerKeyId}`, `(${this.now()}`, '+inf');
+    if (!ids.length) return new Set();
+    const records = await this.redis.mget(...ids.map((d) => `${ns}:d:${d}`));
+    const handles = new Set<string>();
+    for (const r of records) if (r) handles.add((JSON.parse(r) as { handle: string }).handle);
+    return handles;
+  }
+
   async get(scope: PassportScope, handle: string): Promise<PassportContent> {
     if (!HANDLE_RE.test(handle)) throw notFound(String(handle).slice(0, 40));
     const ns = this.namespace(scope);
     const [metaBlob, data] = await this.redis.hmgetBuffer(`${ns}:p:${handle}`, 'meta', 'data');
     if (!metaBlob || !data) throw notFound(handle);
     const meta = this.openMeta(ns, handle, metaBlob);
+    if (meta && !(await this.visible(scope, ns, meta))) throw notFound(handle);
     const plain = meta ? open(this.key(), data, `${ns}|${handle}|data`) : null;
     if (!meta || !plain) {
       // Stored under another PASSPORT_KEY (a restart without one, or a rotated key): unreadable here.
@@ -417,6 +454,7 @@ export class PassportService {
 
   async list(scope: PassportScope, opts?: PageOpts): Promise<PassportPage> {
     const ns = this.namespace(scope);
+    if (scope.ownOnly) return this.listOwn(scope, ns, opts);
     const { handles, total, next } = await this.page(`${ns}:idx`, opts);
     if (!handles.length) return { passports: [], total, next_cursor: next };
     const pipe = this.redis.pipeline();
@@ -432,6 +470,26 @@ export class PassportService {
     // Gone ones leave the index; unreadable ones (sealed under another PASSPORT_KEY) still count until they expire.
     const dropped = gone.length ? await this.dropGone(`${ns}:idx`, ns, gone, 'p') : 0;
     return { passports, total: total - dropped, next_cursor: next };
+  }
+
+  /**
+   * A sub-key's list: the passports it stored. Their key is inside the sealed metadata, so the
+   * account's index (at most PASSPORTS_PER_ACCOUNT) is read whole and filtered, then paged.
+   */
+  private async listOwn(scope: PassportScope, ns: string, opts?: PageOpts): Promise<PassportPage> {
+    const { offset, limit } = pageOf(opts);
+    const handles = await this.redis.zrangebyscore(`${ns}:idx`, `(${this.now()}`, '+inf');
+    const pipe = this.redis.pipeline();
+    for (const h of handles) pipe.hgetBuffer(`${ns}:p:${h}`, 'meta');
+    const rows = handles.length ? ((await pipe.exec()) ?? []) : [];
+    const own: PassportMeta[] = [];
+    handles.forEach((h, i) => {
+      const m = this.openMeta(ns, h, (rows[i]?.[1] as Buffer | null) ?? null);
+      if (m && scope.callerKeyId && m.from_key_id === scope.callerKeyId) own.push(m);
+    });
+    const passports = own.slice(offset, offset + limit);
+    const more = offset + passports.length < own.length && passports.length === limit;
+    return { passports, total: own.length, next_cursor: more ? String(offset + limit) : null };
   }
 
   /** Removes index members whose record no longer exists (an unreadable one stays: it still counts). */
@@ -500,6 +558,10 @@ export class PassportService {
   async delete(scope: PassportScope, handle: string): Promise<{ handle: string; deleted: true }> {
     if (!HANDLE_RE.test(handle)) throw notFound(String(handle).slice(0, 40));
     const ns = this.namespace(scope);
+    if (scope.ownOnly) {
+      const meta = await this.meta(ns, handle);
+      if (!meta || !(await this.visible(scope, ns, meta))) throw notFound(handle);
+    }
     const rows = await this.redis.multi().del(`${ns}:p:${handle}`).zrem(`${ns}:idx`, handle).exec();
     if (rows?.[0]?.[1] !== 1) throw notFound(handle);
     return { handle, deleted: true };
@@ -531,7 +593,8 @@ export class PassportService {
     let created = false;
     if (input.handle !== undefined) {
       const meta = await this.meta(ns, input.handle);
-      if (!meta) throw notFound(String(input.handle).slice(0, 40));
+      // A sub-key passes on only what it may read itself.
+      if (!meta || !(await this.visible(scope, ns, meta))) throw notFound(String(input.handle).slice(0, 40));
       handle = meta.handle;
       // The delivery lasts as long as the passport, or less when ttl_s says so.
       expiresMs = Date.parse(meta.expires_at);

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { ownsJob } from '../access/keys.js';
 import type { Logger } from 'pino';
 import { sql, type DatabasePool } from '../db/pool.js';
 import { AppError } from '../errors.js';
@@ -68,12 +69,12 @@ export class JobCanceller {
     const notFound = new AppError('not_found', `No job ${jobId} for this key`);
     const flow = await this.deps.flows.get(jobId);
     if (flow) {
-      if (flow.keyId === null || flow.keyId !== caller.keyId) throw notFound;
+      if (!ownsJob(caller, flow.keyId)) throw notFound;
       return this.cancelFlow(flow);
     }
     const view = await this.deps.queues.view(jobId).catch(() => null);
     if (view) {
-      if (view.data.keyId === null || view.data.keyId !== caller.keyId) throw notFound;
+      if (!ownsJob(caller, view.data.keyId)) throw notFound;
       if (view.state === 'pending') {
         const out = await this.cancelStep(jobId, view.data);
         if (out === 'cancelled') return { status: 200, body: { job_id: jobId, status: 'cancelled', cancelled: true } };
@@ -82,13 +83,13 @@ export class JobCanceller {
     }
     // Finished (or gone from Redis): its stored outcome says how.
     const stored = await this.deps.results.get(jobId);
-    if (stored && stored.keyId === caller.keyId) {
+    if (stored && ownsJob(caller, stored.keyId)) {
       if (stored.status === 'cancelled') return { status: 200, body: { job_id: jobId, status: 'cancelled', cancelled: true } };
       throw finished(jobId, stored);
     }
     if (view) throw finished(jobId, { status: view.state === 'completed' ? 'completed' : 'failed', costCents: view.state === 'completed' ? view.value.cost_cents : 0 });
     const rec = await this.deps.records.get(jobId).catch(() => null);
-    if (rec && rec.keyId !== null && rec.keyId === caller.keyId) {
+    if (rec && ownsJob(caller, rec.keyId)) {
       if (rec.error?.code === 'cancelled') return { status: 200, body: { job_id: jobId, status: 'cancelled', cancelled: true } };
       throw finished(jobId, { status: rec.state, costCents: rec.value?.cost_cents ?? 0 });
     }

@@ -31,6 +31,8 @@ export const KeyRecordSchema = z.object({
   revoked_at: z.string().nullable(),
   /** Set on a rotated key: it stops authenticating then, whatever any cache holds. */
   expires_at: z.string().nullable(),
+  /** Keys this one replaced by rotation, directly or through others (their jobs are this key's too). */
+  predecessors: z.array(z.string().uuid()),
 });
 export type KeyRecord = z.infer<typeof KeyRecordSchema>;
 
@@ -79,6 +81,12 @@ export type LedgerEntry = z.infer<typeof LedgerEntrySchema>;
 
 const Totals = z.object({ cents: z.number().int(), calls: z.number().int() });
 const KindSum = z.object({ kind: z.string(), cents: z.number().int(), lines: z.number().int() });
+
+/**
+ * How far back a key's rotations are followed for job ownership. Each rotation replaces one key, so
+ * the walk is a line; the bound only keeps a pathological history from growing every lookup.
+ */
+const MAX_PREDECESSORS = 1_000;
 
 const monthStart = sql.fragment`date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`;
 
@@ -166,7 +174,16 @@ export class AccountsRepo {
   async findKeysByHash(hashes: string[]): Promise<Map<string, KeyRecord>> {
     const rows = await this.pool.any(sql.type(KeyRecordSchema.extend({ key_hash: z.string() }))`
       SELECT k.key_hash, k.id AS key_id, k.account_id, k.type, k.name, a.plan, a.rpm, a.elite, a.max_in_flight,
-             k.monthly_limit_cents, k.allowed_tools, k.revoked_at, k.expires_at
+             k.monthly_limit_cents, k.allowed_tools, k.revoked_at, k.expires_at,
+             ARRAY(
+               WITH RECURSIVE pred(id, depth) AS (
+                 SELECT p.id, 1 FROM api_keys p WHERE p.replaced_by_key_id = k.id
+                 UNION ALL
+                 SELECT p.id, pred.depth + 1 FROM api_keys p JOIN pred ON p.replaced_by_key_id = pred.id
+                 WHERE pred.depth < ${MAX_PREDECESSORS}
+               )
+               SELECT id FROM pred
+             )::text[] AS predecessors
       FROM api_keys k JOIN accounts a ON a.id = k.account_id
       WHERE k.key_hash = ANY(${sql.array(hashes, 'text')})`);
     return new Map(rows.map(({ key_hash, ...record }) => [key_hash, record]));
@@ -180,6 +197,18 @@ export class AccountsRepo {
         ${opts.accountId ? sql.fragment`AND account_id = ${opts.accountId}` : sql.fragment``}
         ${opts.type ? sql.fragment`AND type = ${opts.type}` : sql.fragment``}
       RETURNING key_hash`);
+  }
+
+  /**
+   * Revokes one key of the account at once, whatever its type or state (a rotated key in its grace
+   * included). Revoking a revoked key changes nothing and answers its first revocation. Null when
+   * the account has no such key.
+   */
+  async revokeAccountKey(keyId: string, accountId: string): Promise<{ key_id: string; type: KeyType; revoked_at: string; key_hash: string } | null> {
+    return this.pool.maybeOne(sql.type(z.object({ key_id: z.string(), type: z.enum(KEY_TYPES), revoked_at: z.string(), key_hash: z.string() }))`
+      UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now())
+      WHERE id = ${keyId} AND account_id = ${accountId}
+      RETURNING id AS key_id, type, revoked_at, key_hash`);
   }
 
   /** Cents charged this calendar month (UTC) by one key. */

@@ -130,15 +130,15 @@ export class ResultsStore {
     return { job_id: jobId, status: 'completed', ...r.body, ...(r.truncated ? { truncated: true } : {}) };
   }
 
-  /** A key's calls, newest first. */
-  async list(keyId: string, q: JobListQuery): Promise<JobList> {
+  /** A key's calls (with those of the keys it replaced), newest first. */
+  async list(keyIds: readonly string[], q: JobListQuery): Promise<JobList> {
     const after = q.cursor ? decodeCursor(q.cursor) : null;
     const limit = q.limit;
     const rows = await this.pool.any(sql.type(ListRow)`
       SELECT job_id, tool, status, cost_cents, created_at, finished_at,
         ((extract(epoch FROM created_at) * 1000000)::bigint)::text AS created_us
       FROM job_results
-      WHERE key_id = ${keyId}
+      WHERE ${keyIds.length === 1 ? sql.fragment`key_id = ${keyIds[0]!}` : sql.fragment`key_id = ANY(${sql.array([...keyIds], 'uuid')})`}
         ${after ? sql.fragment`AND (created_at, job_id) < ('epoch'::timestamptz + ${after.us}::bigint * interval '1 microsecond', ${after.jobId})` : sql.fragment``}
         ${q.since ? sql.fragment`AND created_at >= ${q.since}::timestamptz` : sql.fragment``}
         ${q.tool ? sql.fragment`AND tool = ${q.tool}` : sql.fragment``}

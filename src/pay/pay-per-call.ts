@@ -30,6 +30,11 @@ export interface PaidRun {
   call: PaidCall;
   /** Idempotency-Key and request fingerprint, when the request has a key. */
   idempotency?: { key: string; fingerprint: string };
+  /**
+   * Tool calls the request makes (a chain or parallel request makes one per step): each counts
+   * against the payer's X402_RPM as the same call made alone would. Default 1.
+   */
+  calls?: number;
 }
 
 export interface PayPerCallDeps {
@@ -66,7 +71,7 @@ export class PayPerCall {
     // payment is released unsettled, so a refused call costs the payer nothing.
     if (this.payerLimit) {
       try {
-        await this.payerLimit.limiter.hit(`payer:${admitted.payer.toLowerCase()}`, this.payerLimit.rpm);
+        await this.payerLimit.limiter.hit(`payer:${admitted.payer.toLowerCase()}`, this.payerLimit.rpm, input.calls ?? 1);
       } catch (e) {
         await abandonPayment(x402, admitted, isAppError(e) ? e.code : 'internal_error');
         throw e;

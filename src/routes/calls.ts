@@ -128,7 +128,7 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
   app.get('/jobs', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
     const query = parseOrThrow(JobListQuery, req.query ?? {}, 'GET /jobs query is invalid');
-    return app.container.results.list(caller.keyId, query);
+    return app.container.results.list(caller.ownKeyIds, query);
   });
 
   app.get<{ Params: { id: string } }>('/jobs/:id', async (req, reply) => {

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { requireNotInGrace } from '../access/keys.js';
 import { z } from 'zod';
 import { AppError } from '../errors.js';
 import { parseOrThrow } from '../services/validation.js';
@@ -26,6 +27,7 @@ export async function creditRoutes(app: FastifyInstance): Promise<void> {
 
   app.post('/credits/topup', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
+    requireNotInGrace(caller, 'top up');
     if (caller.keyType === 'sub') throw new AppError('forbidden', 'A sub-key cannot top up; use the account\u2019s production key');
     if (caller.keyType === 'test') throw new AppError('forbidden', 'Sandbox keys cannot top up (they never spend real credits); use a production key');
     // Bad input is refused before any money is asked for.

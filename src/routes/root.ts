@@ -44,9 +44,17 @@ async function sendPaidRoot(req: FastifyRequest, reply: FastifyReply, protocol: 
   if (request.stream) throw new AppError('unauthorized', `stream: true ${STREAM_NEEDS_KEY}`);
   const tools = request.mode === 'direct' ? [request.tool] : request.tools;
   refuseSideEffects(tools);
-  const priceCents = tools.reduce((sum, t) => sum + t.priceCents, 0);
   const names = tools.map((t) => t.name);
-  if (priceCents === 0) throw freeNeedsKey(request.mode === 'direct' ? request.tool.name : `This ${request.mode} request (${names.join(', ')})`);
+  // Paying buys each step's price, never a wider door: every step must be one a payer could buy
+  // alone. A free tool needs a key on its own, so it needs one inside a chain or parallel request
+  // too (its plan tier and rate limit belong to an account); refused before any price is quoted.
+  const free = [...new Set(tools.filter((t) => t.priceCents === 0).map((t) => t.name))];
+  if (free.length) {
+    if (request.mode === 'direct') throw freeNeedsKey(request.tool.name);
+    const err = freeNeedsKey(`${free.join(', ')} (in this ${request.mode} request)`);
+    throw new AppError(err.code, err.message, { free_tools: free });
+  }
+  const priceCents = tools.reduce((sum, t) => sum + t.priceCents, 0);
   const edgeToken = edgeTokenHeader(req);
   // Bad input is refused before any money is asked for.
   protocol.prepare(request, edgeToken);
@@ -61,6 +69,8 @@ async function sendPaidRoot(req: FastifyRequest, reply: FastifyReply, protocol: 
         outputSchema: { input: { type: 'http', method: 'POST', bodyType: 'json' } },
       },
       idempotency: paidIdempotency(req),
+      // Each step counts against the payer's rate limit, as it would alone.
+      calls: tools.length,
     },
     // Always synchronous, like POST /tools/{name}: the result must be settled and returned on this response.
     (caller, track) => protocol.answer(caller, request, { requestId: req.id, edgeToken, onJobId: track }),

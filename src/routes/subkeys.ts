@@ -5,6 +5,7 @@ import { findTool } from '../tools/index.js';
 import type { KeyCaller } from '../services/auth.js';
 import { KeyAuthenticator } from '../services/auth.js';
 import { parseOrThrow } from '../services/validation.js';
+import { requireKeyOwner } from '../access/keys.js';
 
 const CreateSubKey = z
   .object({
@@ -22,10 +23,9 @@ const CreateSubKey = z
   })
   .strict();
 
-/** Only enterprise accounts' own keys manage sub-keys; sub-keys and sandbox keys never do. */
-function requireManager(caller: KeyCaller): void {
-  if (caller.keyType === 'sub') throw new AppError('forbidden', 'A sub-key cannot list, create or delete sub-keys');
-  if (caller.keyType === 'test') throw new AppError('forbidden', 'Sandbox keys cannot manage sub-keys; use a production key');
+/** Only an enterprise account's production key manages sub-keys (src/access/keys.ts says who manages what). */
+function requireManager(caller: KeyCaller, action: string): void {
+  requireKeyOwner(caller, action);
   if (caller.plan !== 'enterprise') {
     throw new AppError('plan_required', 'Sub-keys are an enterprise feature', { required_plan: 'enterprise', current_plan: caller.plan });
   }
@@ -36,7 +36,7 @@ export async function subkeyRoutes(app: FastifyInstance): Promise<void> {
 
   app.post('/subkeys/create', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
-    requireManager(caller);
+    requireManager(caller, 'create sub-keys');
     const input = parseOrThrow(CreateSubKey, req.body, 'Sub-key request is invalid');
     const key = await accounts.createKey({
       accountId: caller.accountId,
@@ -59,13 +59,13 @@ export async function subkeyRoutes(app: FastifyInstance): Promise<void> {
 
   app.get('/subkeys', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
-    requireManager(caller);
+    requireManager(caller, 'list sub-keys');
     return { subkeys: await accounts.listSubKeys(caller.accountId) };
   });
 
   app.delete<{ Params: { key_id: string } }>('/subkeys/:key_id', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
-    requireManager(caller);
+    requireManager(caller, 'delete sub-keys');
     const id = req.params.key_id;
     const revoked = z.string().uuid().safeParse(id).success
       ? await accounts.revokeKey(id, { accountId: caller.accountId, type: 'sub' })

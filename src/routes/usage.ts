@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { requireNotInGrace } from '../access/keys.js';
 import { z } from 'zod';
 import { AppError } from '../errors.js';
 import { usageScope } from '../access/usage.js';
@@ -121,12 +122,14 @@ export async function usageRoutes(app: FastifyInstance): Promise<void> {
 
   app.get('/usage', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
+    requireNotInGrace(caller, "read the account's usage");
     const q = parseOrThrow(UsageQuery, req.query, 'Usage query is invalid');
     return usageReport(accounts, usageScope(caller), q.month ?? currentMonth());
   });
 
   app.get('/usage/entries', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
+    requireNotInGrace(caller, "read the account's usage");
     const q = parseOrThrow(EntriesQuery, req.query, 'Usage entries query is invalid');
     const beforeId = q.cursor ? decodeCursor(q.cursor) : null;
     // One more than asked tells whether another page exists.

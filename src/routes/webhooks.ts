@@ -2,16 +2,16 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AppError } from '../errors.js';
 import type { KeyCaller } from '../services/auth.js';
 import type { CallbackSource, Webhooks } from '../calls/webhooks.js';
+import { requireKeyOwner } from '../access/keys.js';
 
 /**
- * Only the account's own production keys read or roll the webhook secret. A sub-key is delegated
- * with a budget and a tool list; the secret would let it forge deliveries the account's receiver
- * trusts. A sandbox key is for trying calls out and is often handed around more freely. Their calls'
- * deliveries are still signed with the account's secret.
+ * Only the account's current production key reads or rolls the webhook secret (src/access/keys.ts):
+ * the secret would let any other key (a sub-key with a budget, an agent's or sandbox key, a rotated
+ * key in its grace) forge deliveries the account's receiver trusts. Their calls' deliveries are still
+ * signed with the account's secret.
  */
-function requireOwner(caller: KeyCaller): void {
-  if (caller.keyType === 'sub') throw new AppError('forbidden', "A sub-key cannot read or roll the account's webhook secret; use the account's production key");
-  if (caller.keyType === 'test') throw new AppError('forbidden', "Sandbox keys cannot read or roll the account's webhook secret; use a production key");
+function requireOwner(caller: KeyCaller, action: string): void {
+  requireKeyOwner(caller, action);
 }
 
 function webhooksOf(app: FastifyInstance): Webhooks {
@@ -38,14 +38,14 @@ export async function webhookRoutes(app: FastifyInstance): Promise<void> {
   // The account's signing secret (created on first use), and rolling it.
   app.get('/webhooks/secret', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
-    requireOwner(caller);
+    requireOwner(caller, "read the account's webhook secret");
     reply.header('cache-control', 'no-store');
     return { secret: await webhooksOf(app).secrets.get(caller.accountId) };
   });
 
   app.post('/webhooks/secret', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
-    requireOwner(caller);
+    requireOwner(caller, "roll the account's webhook secret");
     reply.header('cache-control', 'no-store');
     return { secret: await webhooksOf(app).secrets.roll(caller.accountId) };
   });

@@ -19,6 +19,13 @@ export interface KeyCaller {
   sandbox: boolean;
   agentName: string | null;
   subKey: { keyId: string; monthlyLimitCents: number; allowedTools: string[] } | null;
+  /**
+   * A rotated key before its expires_at: it calls tools and reads its own jobs, and manages nothing
+   * (the key that replaced it does), so a leaked key that was rotated cannot take the account over.
+   */
+  inGrace: boolean;
+  /** This key and every key it replaced by rotation: the jobs this key may read and cancel are theirs. */
+  ownKeyIds: readonly string[];
 }
 
 /** An agent paying this one call with an x402 payment; it has no account. */
@@ -44,6 +51,8 @@ export function callerFromRecord(r: KeyRecord): KeyCaller {
       r.type === 'sub'
         ? { keyId: r.key_id, monthlyLimitCents: r.monthly_limit_cents ?? 0, allowedTools: r.allowed_tools ?? [] }
         : null,
+    inGrace: r.expires_at !== null,
+    ownKeyIds: r.predecessors.length ? [r.key_id, ...r.predecessors] : [r.key_id],
   };
 }
 

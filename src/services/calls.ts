@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { ownsJob } from '../access/keys.js';
 import type { Config } from '../config.js';
 import { AppError, type SerializedError } from '../errors.js';
 import { ResultsStore } from '../money/results.js';
@@ -190,30 +191,31 @@ export class CallService {
   /** GET /jobs/{id}: the same body a sync call would have returned, for the key that made it. */
   async jobStatus(caller: Caller, jobId: string): Promise<{ status: number; body: unknown }> {
     const notFound = new AppError('not_found', `No job ${jobId} for this key`);
-    const ownerKey = caller.kind === 'key' ? caller.keyId : null;
+    // A key reads its own jobs and those of the keys it replaced (rotation); x402 payers read none.
+    const owns = (keyId: string | null | undefined) => caller.kind === 'key' && ownsJob(caller, keyId);
     const view = await this.deps.queues.view(jobId).catch(() => null);
     if (view) {
-      if (view.data.keyId !== ownerKey || ownerKey === null) throw notFound;
+      if (!owns(view.data.keyId)) throw notFound;
       if (view.state === 'completed') return { status: 200, body: { job_id: jobId, status: 'completed', ...view.value } };
       if (view.state === 'failed') {
         // A job whose charge committed is answered as charged, whatever failed after (a stall, a lost lock).
         const stored = await this.deps.results?.get(jobId).catch(() => null);
-        if (stored?.status === 'completed' && stored.keyId === ownerKey) return { status: 200, body: ResultsStore.answer(jobId, stored) };
+        if (stored?.status === 'completed' && owns(stored.keyId)) return { status: 200, body: ResultsStore.answer(jobId, stored) };
         // Cancelled (DELETE /jobs/{id}): a chain step failed by the cancelled step before it says so too.
-        if (stored?.status === 'cancelled' && stored.keyId === ownerKey) throw withJob(AppError.fromJSON(stored.body as unknown as SerializedError), jobId);
+        if (stored?.status === 'cancelled' && owns(stored.keyId)) throw withJob(AppError.fromJSON(stored.body as unknown as SerializedError), jobId);
         throw withJob(view.error, jobId);
       }
       return { status: 200, body: { job_id: jobId, status: view.status === 'active' ? 'running' : 'queued', progress: view.progress ?? null } };
     }
     const rec = await this.deps.records.get(jobId).catch(() => null);
     if (rec) {
-      if (rec.keyId !== ownerKey || ownerKey === null) throw notFound;
+      if (!owns(rec.keyId)) throw notFound;
       if (rec.state === 'completed') return { status: 200, body: { job_id: jobId, status: 'completed', ...rec.value } };
       throw withJob(AppError.fromJSON(rec.error!), jobId);
     }
     // Redis no longer knows the job (removed, expired, or Redis lost its data): Postgres has its answer.
-    const stored = ownerKey === null ? null : await this.deps.results?.get(jobId);
-    if (!stored || stored.keyId !== ownerKey) throw notFound;
+    const stored = caller.kind !== 'key' ? null : await this.deps.results?.get(jobId);
+    if (!stored || !owns(stored.keyId)) throw notFound;
     if (stored.status === 'completed') return { status: 200, body: ResultsStore.answer(jobId, stored) };
     throw withJob(AppError.fromJSON(stored.body as unknown as SerializedError), jobId);
   }

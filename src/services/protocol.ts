@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { ownsJob } from '../access/keys.js';
 import type { Config } from '../config.js';
 import { AppError } from '../errors.js';
 import { assertNeedsMet, findTool, getTool, qInput } from '../tools/index.js';
@@ -254,12 +255,12 @@ export class ProtocolService {
     const notFound = new AppError('not_found', `No job ${jobId} for this key`);
     const flow = await this.deps.flows.get(jobId);
     if (flow) {
-      if (flow.keyId !== caller.keyId) throw notFound;
+      if (!ownsJob(caller, flow.keyId)) throw notFound;
       return { kind: 'flow', flow };
     }
     const view = await this.deps.queues.view(jobId).catch(() => null);
     const owner = view ? view.data.keyId : ((await this.deps.records.get(jobId))?.keyId ?? null);
-    if (owner === null || owner !== caller.keyId) throw notFound;
+    if (!ownsJob(caller, owner)) throw notFound;
     return { kind: 'job', jobId, logId: view?.data.eventLog ?? jobId };
   }
 
@@ -294,7 +295,7 @@ export class ProtocolService {
   async jobStatus(caller: KeyCaller, jobId: string): Promise<{ status: number; body: unknown }> {
     const flow = await this.deps.flows.get(jobId);
     if (!flow) return this.deps.calls.jobStatus(caller, jobId);
-    if (flow.keyId !== caller.keyId) throw new AppError('not_found', `No job ${jobId} for this key`);
+    if (!ownsJob(caller, flow.keyId)) throw new AppError('not_found', `No job ${jobId} for this key`);
     const final = await this.final({ kind: 'flow', flow });
     if (final && !final.ok) throw final.error;
     if (final) return { status: 200, body: { job_id: jobId, status: 'completed', ...(final.body as object) } };

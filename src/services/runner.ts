@@ -18,6 +18,16 @@ import type { ResultsStore } from '../money/results.js';
 import { redactToken, type EdgeTokenSealer } from './edge-token.js';
 import { invalidInput } from './validation.js';
 import { JOB_CANCELLED, cancelledError } from '../calls/cancel.js';
+import { storedAnswer } from '../queue/result-refs.js';
+
+function answerTooLarge(tool: string, bytes: number, max: number): AppError {
+  return new AppError(
+    'limit_exceeded',
+    `${tool}'s answer is ${bytes.toLocaleString('en')} bytes of JSON, over the ${max.toLocaleString('en')}-byte limit on a tool's answer (TOOL_MAX_RESULT_BYTES); narrow the request. Nothing was charged.`,
+    { limit: 'size', limit_value: max, bytes },
+    { retryable: false },
+  );
+}
 
 /** What a tool-call job carries in Redis. Never the edge token in clear text. */
 export interface CallJobData {
@@ -40,6 +50,8 @@ export interface CallJobData {
   edgeToken?: string;
   /** Chain step after the first: the previous step's output fills the tool's q field. */
   qFromPrevious?: boolean;
+  /** Set on a job that failed for good: its input was dropped from Redis (src/queue/worker-pool.ts). */
+  inputDropped?: true;
   /** Flow steps (root protocol): the job whose event log (src/queue/job-events.ts) gets this job's events. */
   eventLog?: string;
   /** Chain steps: the steps after this one. They never run if this one fails for good, so their credit holds go back with its own. */
@@ -74,6 +86,12 @@ export interface JobRun {
   previousOutput(): Promise<unknown>;
   /** Set by the runner when settlement gave the job's slot in flight back (the worker then need not). */
   slotReleased?: boolean;
+  /**
+   * Set by the runner on success: JSON bytes of the answer's result, and whether job_results holds it
+   * whole (the worker then returns a reference for a large one: src/queue/result-refs.ts).
+   */
+  resultBytes?: number;
+  storedWhole?: boolean;
 }
 
 export class JobFailure extends Error {
@@ -176,7 +194,7 @@ export class ToolRunner {
           ...(this.deps.redis && accountId
             ? { store: accountStore(this.deps.redis, this.deps.config.REDIS_PREFIX, { accountId, sandbox: data.sandbox, tool: tool.name }) }
             : {}),
-          ...(this.deps.redis && accountId ? { passports: passportsFor({ redis: this.deps.redis, config, accounts: this.deps.accounts, log }, { accountId, callerKeyId: data.keyId, sandbox: data.sandbox, callId: job.id }) } : {}),
+          ...(this.deps.redis && accountId ? { passports: passportsFor({ redis: this.deps.redis, config, accounts: this.deps.accounts, log }, { accountId, callerKeyId: data.keyId, sandbox: data.sandbox, callId: job.id, ownOnly: data.subKeyId !== null }) } : {}),
           recordUsage,
           isolate: (task, payload) => sandbox.runTask(task, payload, { ...sandboxCall, label: `${tool.name}/${task}` }),
         };
@@ -195,6 +213,13 @@ export class ToolRunner {
       }
       // ...and one that keeps what it computed (handoff's passport) does that after.
       if (tool.finish) result = await tool.finish(result, input, loop());
+      // The final answer, whatever the tool assembled after its pool tasks, is held to
+      // TOOL_MAX_RESULT_BYTES: over it the call fails for good, uncharged (its hold goes back below).
+      const resultJson = JSON.stringify(result) ?? 'null';
+      const resultBytes = Buffer.byteLength(resultJson);
+      if (resultBytes > config.TOOL_MAX_RESULT_BYTES) throw answerTooLarge(tool.name, resultBytes, config.TOOL_MAX_RESULT_BYTES);
+      job.resultBytes = resultBytes;
+      job.storedWhole = false;
       const cost = data.sandbox ? 0 : data.payer ? data.listPriceCents : data.priceCents;
       // Calls paid per call (x402) are recorded by the API once their payment settles, not here.
       if (!stored || !accountId) return { result, cost_cents: cost, remaining_credits: null };
@@ -204,6 +229,7 @@ export class ToolRunner {
         amount: data.priceCents,
         costCents: cost,
         result,
+        resultJson,
         usage: Object.keys(usage).length ? usage : null,
         // Its account's slot for this job goes back with the batch's holds.
         slotId: job.id,
@@ -215,6 +241,7 @@ export class ToolRunner {
         const prior = await this.deps.results.get(job.id);
         if (prior) return await this.answerWith(data, job.id, prior);
       }
+      job.storedWhole = resultBytes <= config.RESULT_MAX_BYTES;
       return {
         result,
         cost_cents: cost,
@@ -292,7 +319,7 @@ export class ToolRunner {
     if (data.accountId && data.priceCents > 0) {
       await this.deps.credits.settled([{ accountId: data.accountId, holdId: jobId }]).catch(() => {});
     }
-    return (prior.truncated ? { ...prior.body, truncated: true } : prior.body) as unknown as CallResult;
+    return storedAnswer(prior);
   }
 
   /** Gives back the hold of a job that failed for good. Safe to call more than once. */

@@ -65,6 +65,30 @@ function checker(deps: X402Deps): string {
   return deps.settler.mode === 'self' ? 'The chain (X402_RPC_URL)' : 'The payment facilitator';
 }
 
+/** Seconds a client may take between reading the 402 and its payment arriving (signing, transit, clock skew). */
+export const DEFERRED_ARRIVAL_ALLOWANCE_SECONDS = 120;
+
+/** How long a deferred authorization must still be valid on arrival (X402_DEFERRED_MIN_VALID_SECONDS). */
+export function deferredMinValidSeconds(config: Config): number {
+  return config.X402_DEFERRED_MIN_VALID_SECONDS || Math.max(60, config.X402_DEFERRED_TIMEOUT_SECONDS - DEFERRED_ARRIVAL_ALLOWANCE_SECONDS);
+}
+
+/**
+ * A deferred payment is collected later (`payments settle`): an authorization that expires before
+ * the operator can collect it would be a call served for free. Refused (402) before anything runs.
+ */
+function assertCollectable(config: Config, validBefore: bigint, now: Date): void {
+  const min = deferredMinValidSeconds(config);
+  const nowSeconds = BigInt(Math.floor(now.getTime() / 1000));
+  if (validBefore >= nowSeconds + BigInt(min)) return;
+  throw paymentInvalid(
+    'expires_before_collection',
+    `The payment authorization expires at ${new Date(Number(validBefore) * 1000).toISOString()} (validBefore); payments here are ` +
+      `collected later, so it must stay valid for at least ${min} seconds from now. Sign a new one valid for maxTimeoutSeconds.`,
+    { min_valid_seconds: min },
+  );
+}
+
 export async function admitPayment(
   deps: X402Deps,
   headers: PaymentHeaders | string | string[] | undefined,
@@ -75,6 +99,7 @@ export async function admitPayment(
   try {
     const decoded = decodePayment(typeof headers === 'object' && !Array.isArray(headers) ? headers : { xPayment: headers });
     const verified = await verifyPayment(deps.config, decoded, requirements, now);
+    if (deps.settler.mode === 'deferred') assertCollectable(deps.config, verified.validBefore, now);
     const payment = verified.canonical;
     // Reserve before checking funds: a replayed token is then always "already used", and two
     // concurrent copies never both reach the facilitator or the chain. Deferred payments are capped

@@ -16,6 +16,7 @@ export const PAYMENT_INVALID_REASONS = [
   'invalid_amount',
   'payment_expired',
   'payment_not_yet_valid',
+  'expires_before_collection',
   'invalid_signature',
   'payment_rejected',
   'insufficient_funds',
