@@ -40,10 +40,11 @@ describe('key types against every endpoint', () => {
   });
 
   // [key type, GET /balance, POST /tools/compute, POST /tools/check_balance, GET /subkeys, POST /subkeys/create]
+  // Only the production key manages sub-keys (src/access/keys.ts): an agent's or VIP key calls tools.
   const matrix: Array<[keyof Keys, number, number, number, number, number]> = [
     ['production', 200, 200, 200, 200, 201],
-    ['agent', 200, 200, 200, 200, 201],
-    ['vip', 200, 200, 200, 200, 201],
+    ['agent', 200, 200, 200, 403, 403],
+    ['vip', 200, 200, 200, 403, 403],
     ['test', 200, 200, 200, 403, 403],
     ['sub', 200, 200, 403, 403, 403],
   ];
