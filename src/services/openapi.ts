@@ -859,11 +859,37 @@ export function openApiDocument(base: string, config: Config): Json {
           tags: ['Keys'],
           summary: ENDPOINTS['POST /keys/{key_id}/rotate'],
           description:
+            'Only the production key rotates (agent, VIP, sandbox and sub-keys: 403 forbidden; a rotated key in its grace: 403 key_in_grace). ' +
             'Production, agent, VIP and sandbox keys of the account can be rotated (a sub-key: 403, replace it through /subkeys). ' +
-            'The new key has the same type and name and is shown once; the old one stops at `replaces.expires_at` on every replica. ' +
-            'Sub-keys and sandbox keys cannot rotate (403). A key of another account: 404. A key already rotated, revoked or expired: 409 key_not_active.',
+            'The new key has the same type and name and is shown once; the old one stops at `replaces.expires_at` on every replica, ' +
+            'and until then only calls tools and reads its own jobs. A key of another account: 404. A key already rotated, revoked or expired: 409 key_not_active.',
           parameters: [{ name: 'key_id', in: 'path', required: true, schema: { type: 'string', format: 'uuid' } }],
           responses: { '201': ok('The replacement (api_key shown once).', ref('schemas', 'RotatedKey')), ...errors('400', '403', '404', '409') },
+        },
+      },
+      '/keys/{key_id}': {
+        delete: {
+          operationId: 'revokeKey',
+          tags: ['Keys'],
+          summary: ENDPOINTS['DELETE /keys/{key_id}'],
+          description:
+            'Revokes any key of the account at once, a rotated key in its grace included; every replica refuses it within milliseconds. ' +
+            'After a leak: rotate the key, then revoke the old one with its replacement. A key cannot revoke itself (403). ' +
+            'Revoking a revoked key answers its first revocation. A key of another account: 404.',
+          parameters: [{ name: 'key_id', in: 'path', required: true, schema: { type: 'string', format: 'uuid' } }],
+          responses: {
+            '200': ok('The key is revoked.', {
+              type: 'object',
+              required: ['key_id', 'type', 'revoked', 'revoked_at'],
+              properties: {
+                key_id: { type: 'string', format: 'uuid' },
+                type: { type: 'string', enum: ['production', 'sub', 'test', 'agent', 'vip'] },
+                revoked: { type: 'boolean', const: true },
+                revoked_at: { type: 'string', format: 'date-time' },
+              },
+            }),
+            ...errors('400', '403', '404'),
+          },
         },
       },
       '/credits/topup': {
