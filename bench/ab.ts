@@ -57,7 +57,7 @@ async function main() {
   const admin = new AdminService({ accounts, credits: new CreditReservations(redis, prefix, accounts), redis, prefix });
   const acct = await admin.createAccount('enterprise', 100_000_000, 'bench-ab');
   await admin.setAccount(acct.account_id, { rpm: 10_000_000 });
-  const env = { ...process.env, REDIS_PREFIX: prefix, LOG_LEVEL: 'warn', EDGE_TOKEN_KEY: randomBytes(32).toString('hex') };
+  const env = { ...process.env, REDIS_PREFIX: prefix, LOG_LEVEL: 'warn', EDGE_TOKEN_KEY: randomBytes(32).toString('hex'), METRICS_TOKEN: 'bench-ab-metrics' };
   const headers = { authorization: `Bearer ${acct.api_key}`, 'content-type': 'application/json' };
   const body = JSON.stringify({ expression: '2 * (3 + 4)' });
   const sides = { A: baseCheckout(), B: process.cwd() };
@@ -83,7 +83,7 @@ async function main() {
           calls = s.n;
           const c1 = [cpuMs(svc.api.pid!), cpuMsOfComm('redis-server'), cpuMsOfComm('postgres')];
           const per = c1.map((v, i) => (v - c0[i]!) / s.n);
-          const m = await (await svc.client.request({ path: '/metrics', method: 'GET' })).body.text();
+          const m = await (await svc.client.request({ path: '/metrics', method: 'GET', headers: { authorization: 'Bearer bench-ab-metrics' } })).body.text();
           const metric = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(m)?.[1] ?? NaN);
           const batch = metric('tollgate_settlement_batch_size_sum') / metric('tollgate_settlement_batch_size_count');
           results[side].push({ rps: s.rps, svc: per[0]!, redis: per[1]!, pg: per[2]! });

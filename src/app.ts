@@ -5,6 +5,7 @@ import type { Container } from './container.js';
 import { installErrorHandling } from './plugins/errors.js';
 import { connectionOptions, installConnectionLimits } from './plugins/connections.js';
 import { installJsonBodyParser } from './plugins/json-body.js';
+import { installInputGuard } from './plugins/input-guard.js';
 import { AuthFailureThrottle, type KeyCaller } from './services/auth.js';
 import { metaRoutes } from './routes/meta.js';
 import { metricsRoutes } from './routes/metrics.js';
@@ -94,6 +95,8 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
   });
   installErrorHandling(app);
   installJsonBodyParser(app, config.MAX_JSON_DEPTH);
+  // U+0000 and unpaired surrogates in a path, query or header: 400 at the door (bodies: the parser above).
+  installInputGuard(app);
   // CORS for every route but /mcp (which has its own origin check): before the routes, so it covers them.
   await installCors(app, config);
   await app.register(metaRoutes);

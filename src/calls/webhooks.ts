@@ -10,7 +10,8 @@ import { ResultsStore } from '../money/results.js';
 import { connectRedis, type Redis } from '../queue/redis.js';
 import { queuePrefix } from '../queue/keyspace.js';
 import type { EdgeTokenSealer } from '../services/edge-token.js';
-import { PinnedAgent, vetDestination } from '../tools/web/net-guard.js';
+import { PinnedAgent, vetDestination, withoutAddresses } from '../tools/web/net-guard.js';
+import { pgSafeValue } from '../db/pg-text.js';
 import { createResolver, type DnsResolver } from '../tools/web/resolver.js';
 
 /**
@@ -74,7 +75,7 @@ export async function vetCallbackUrl(
     await vetDestination(url, { config: { FETCH_ALLOWED_HOSTS: deps.config.WEBHOOK_ALLOWED_HOSTS }, resolver: deps.resolver, tool: source });
   } catch (e) {
     if (isAppError(e) && e.code === 'tool_unavailable') throw e;
-    // "Callback-Url refused localhost: loopback address (resolves to 127.0.0.1)", or no such domain.
+    // "Callback-Url refused localhost: the destination is not allowed (not a public address)", or no such domain.
     const why = isAppError(e) ? e.message.replace(new RegExp(`^${source} (refused )?`), '') : 'its host could not be checked';
     throw refuse(source, why, isAppError(e) && e.details.reason ? { reason: e.details.reason } : {});
   }
@@ -280,7 +281,7 @@ export class Webhooks {
       throw new DelayedError();
     }
     await this.deps.pool.query(sql.unsafe`
-      INSERT INTO webhook_jobs (job_id, account_id, url, body) VALUES (${rootId}, ${accountId}, ${url}, ${sql.jsonb(body as never)})
+      INSERT INTO webhook_jobs (job_id, account_id, url, body) VALUES (${rootId}, ${accountId}, ${url}, ${sql.jsonb(pgSafeValue(body) as never)})
       ON CONFLICT (job_id) DO NOTHING`);
     await this.enqueue(rootId, accountId, url);
   }
@@ -375,7 +376,7 @@ export class Webhooks {
       await peek(res.body);
       if (status < 200 || status > 299) throw new DeliveryFailed(`the receiver answered ${status}`);
     } catch (e) {
-      error = e instanceof DeliveryFailed || isAppError(e) ? e.message : `request failed: ${(e as Error).name === 'TimeoutError' ? 'timed out' : (e as Error).message}`;
+      error = e instanceof DeliveryFailed || isAppError(e) ? e.message : `request failed: ${(e as Error).name === 'TimeoutError' ? 'timed out' : withoutAddresses((e as Error).message)}`;
     } finally {
       await agent.close().catch(() => {});
     }

@@ -3,6 +3,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { CreditReservations } from './holds.js';
 import type { Metrics } from '../ops/metrics.js';
+import { pgSafeJson } from '../db/pg-text.js';
 
 /**
  * One finished call made with a key: its charge (if any) and its answer, written together. Keyed by the
@@ -74,17 +75,6 @@ const SettledRows = z.array(
     prior_truncated: z.boolean().nullable(),
   }),
 );
-
-/**
- * `\u0000` and lone surrogates are valid JSON but not valid jsonb: one such string in one caller's
- * result would make Postgres refuse the whole batch (everyone's charges). An escape is real when an
- * even number of backslashes precedes it; those become U+FFFD.
- */
-const BAD_ESCAPE = /(\\*)\\u(0000|d[89a-f][0-9a-f]{2})/gi;
-function jsonbSafe(json: string): string {
-  if (!json.includes('\\u0000') && !/\\u[dD][89a-fA-F]/.test(json)) return json;
-  return json.replace(BAD_ESCAPE, (m, slashes: string) => (slashes.length % 2 === 0 ? `${slashes}\\ufffd` : m));
-}
 
 /** The first `maxBytes` bytes of `text` (UTF-8), never ending inside a character. */
 function utf8Prefix(text: string, maxBytes: number): string {
@@ -276,7 +266,8 @@ export class Settler {
       });
       return `${head.slice(0, -1)},"result":${result}}`;
     });
-    return jsonbSafe(`[${parts.join(',')}]`);
+    // `\u0000` and lone surrogates are valid JSON but not jsonb: one in one caller's result would fail everyone's batch.
+    return pgSafeJson(`[${parts.join(',')}]`);
   }
 
   private async commit(entries: Settlement[]): Promise<Settled[]> {

@@ -1,5 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AppError, isAppError } from '../errors.js';
+import { refusedPath } from '../db/pg-text.js';
+import { unsupportedCharacter } from './input-guard.js';
 
 const OPEN_BRACE = 0x7b; // {
 const OPEN_BRACKET = 0x5b; // [
@@ -44,16 +46,26 @@ export function isJsonTooDeep(e: unknown): boolean {
 type Done = (err: Error | null, body?: unknown) => void;
 export type JsonBodyParser = (req: FastifyRequest, body: string, done: Done) => void;
 
+/** An escape JSON.parse turns into U+0000 or a surrogate (raw control characters are already a syntax error). */
+const SUSPECT_ESCAPE = /\\u(0000|[dD][89a-fA-F])/;
+
 /**
  * The one JSON body parser: the depth cap, then Fastify's own parser, which keeps its prototype- and
  * constructor-poisoning protection (a body with `__proto__` or `constructor.prototype` is refused)
- * and its error codes for empty and malformed bodies.
+ * and its error codes for empty and malformed bodies; then characters Postgres refuses (U+0000, an
+ * unpaired surrogate: src/db/pg-text.ts) anywhere in a key or string are `400 invalid_input`, tool
+ * inputs included, so none reaches a query (only bodies with such an escape in their text are walked).
  */
 export function jsonBodyParser(app: FastifyInstance, maxDepth: number): JsonBodyParser {
   const parse = app.getDefaultJsonParser('error', 'error');
   return (req, body, done) => {
     if (nestsDeeperThan(body, maxDepth)) return done(jsonTooDeepError(maxDepth));
-    parse(req, body, done);
+    if (!SUSPECT_ESCAPE.test(body)) return parse(req, body, done);
+    parse(req, body, (err, value) => {
+      if (err) return done(err);
+      const where = refusedPath(value);
+      return where ? done(unsupportedCharacter(['body', ...where])) : done(null, value);
+    });
   };
 }
 

@@ -43,17 +43,21 @@ async function freePort(): Promise<number> {
   return port;
 }
 
+/** Metrics include revenue per tool: on the API's port they need METRICS_TOKEN (404 without one). */
+const TOKEN = 'metrics-test-token-0123456789';
+const bearer = { authorization: `Bearer ${TOKEN}` };
+
 describe('GET /metrics on the API', () => {
   let h: Harness;
   beforeAll(async () => {
-    h = await startHarness();
+    h = await startHarness({ METRICS_TOKEN: TOKEN });
   });
   afterAll(async () => {
     await h.close();
   });
 
   const scrape = async () => {
-    const res = await h.request({ method: 'GET', url: '/metrics' });
+    const res = await h.request({ method: 'GET', url: '/metrics', headers: bearer });
     expect(res.statusCode).toBe(200);
     expect(res.headers['content-type']).toMatch(/^text\/plain/);
     return parse(res.body);
@@ -109,18 +113,18 @@ describe('GET /metrics on the API', () => {
     expect(find(s, 'tollgate_refusals_total', { reason: 'invalid_input' })).toHaveLength(0);
   });
 
-  it('needs no API key and is not rate limited', async () => {
+  it('needs no API key (its own bearer) and is not rate limited', async () => {
     for (let i = 0; i < 5; i++) {
-      const res = await h.request({ method: 'GET', url: '/metrics', headers: { authorization: 'Bearer not-a-key' } });
+      const res = await h.request({ method: 'GET', url: '/metrics', headers: bearer });
       expect(res.statusCode).toBe(200);
       expect(res.headers['x-ratelimit-limit']).toBeUndefined();
     }
   });
 
   it('keeps separate counts per container in one process', async () => {
-    const other = await startHarness({}, { workers: [] });
+    const other = await startHarness({ METRICS_TOKEN: TOKEN }, { workers: [] });
     try {
-      const s = parse((await other.request({ method: 'GET', url: '/metrics' })).body);
+      const s = parse((await other.request({ method: 'GET', url: '/metrics', headers: bearer })).body);
       expect(value(s, 'tollgate_tool_calls_total')).toBe(0);
       expect(value(s, 'tollgate_http_requests_total', { route: '/tools/:name' })).toBe(0);
     } finally {
@@ -150,11 +154,30 @@ describe('GET /metrics with METRICS_TOKEN', () => {
   });
 });
 
+describe('GET /metrics without METRICS_TOKEN', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness({}, { workers: [] });
+  });
+  afterAll(async () => {
+    await h.close();
+  });
+
+  it('is 404 on the API port, with or without a bearer', async () => {
+    for (const headers of [{}, { authorization: 'Bearer anything' }]) {
+      const res = await h.request({ method: 'GET', url: '/metrics', headers });
+      expect(res.statusCode).toBe(404);
+      expect(json(res).error).toMatchObject({ code: 'not_found', request_id: expect.any(String) });
+      expect(res.body).not.toContain('tollgate_');
+    }
+  });
+});
+
 describe('a worker process with METRICS_PORT', () => {
   let h: Harness;
   let child: ChildProcess | null = null;
   beforeAll(async () => {
-    h = await startHarness({}, { workers: [] });
+    h = await startHarness({ METRICS_TOKEN: TOKEN }, { workers: [] });
   });
   afterAll(async () => {
     if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
@@ -205,7 +228,7 @@ describe('a worker process with METRICS_PORT', () => {
     // The deployment's gauges come from the API, not from every worker process.
     expect(find(s, 'tollgate_queue_jobs')).toHaveLength(0);
     // The API process ran no tool itself.
-    expect(value(parse((await h.request({ method: 'GET', url: '/metrics' })).body), 'tollgate_tool_calls_total')).toBe(0);
+    expect(value(parse((await h.request({ method: 'GET', url: '/metrics', headers: bearer })).body), 'tollgate_tool_calls_total')).toBe(0);
 
     child.kill('SIGTERM');
     const [code] = (await once(child, 'exit')) as [number | null];

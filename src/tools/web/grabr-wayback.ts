@@ -145,6 +145,40 @@ export function cdxQuery(cdxUrl: string, input: Pick<WaybackInput, 'url' | 'matc
   return q;
 }
 
+/**
+ * The archive's URL of a capture (`flag` "id_" for the raw capture, "" for the page with the
+ * Archive's toolbar), or null when the capture's data would lead it out of `archiveBase`. The CDX
+ * answer is data from upstream: its `original` must be an absolute http(s) URL, used in its
+ * normalised form (no `.` or `..` segments, no backslashes, no fragment), and the whole URL must come
+ * back from the URL parser unchanged (nothing resolved away) and still under the base's path.
+ */
+export function archiveUrl(archiveBase: string, timestamp: string, original: string, flag: '' | 'id_'): string | null {
+  if (!archiveBase || !/^\d{1,14}$/.test(timestamp)) return null;
+  let base: URL;
+  let target: URL;
+  try {
+    base = new URL(archiveBase);
+    target = new URL(original);
+  } catch {
+    return null;
+  }
+  if (target.protocol !== 'http:' && target.protocol !== 'https:') return null;
+  if (!target.hostname || /^\.+$/.test(target.hostname)) return null;
+  target.hash = '';
+  base.search = '';
+  base.hash = '';
+  const prefix = `${base.href.replace(/\/+$/, '')}/`;
+  const built = `${prefix}${timestamp}${flag}/${target.href}`;
+  let parsed: URL;
+  try {
+    parsed = new URL(built);
+  } catch {
+    return null;
+  }
+  if (parsed.href !== built || !parsed.href.startsWith(prefix) || parsed.origin !== base.origin) return null;
+  return built;
+}
+
 /** Rows of `?output=json` (a header row of column names, then one array per capture) as captures. */
 export function parseCdxRows(body: unknown, archiveBase: string): Capture[] {
   if (!Array.isArray(body)) throw new AppError('tool_unavailable', 'Wayback CDX upstream failed: the answer was not a JSON array of rows');
@@ -174,7 +208,8 @@ export function parseCdxRows(body: unknown, archiveBase: string): Capture[] {
       mimetype: str(row, mime),
       digest: str(row, digest),
       length: int(row, length),
-      archive_url: archiveBase ? `${archiveBase.replace(/\/+$/, '')}/${timestamp}/${original}` : '',
+      // Empty when there is no archive base, or when this row's data would lead out of it.
+      archive_url: archiveUrl(archiveBase, timestamp, original, '') ?? '',
     });
   }
   // Oldest first, whatever order the server used; equal timestamps keep the server's order.
@@ -224,7 +259,11 @@ async function lookUp(input: WaybackInput, ctx: ToolContext, cdxUrl: string, bas
 
 async function readSnapshot(c: Capture, base: string, ctx: ToolContext, notes: string[]): Promise<GrabrWaybackOutput['snapshot']> {
   await ctx.progress({ stage: 'reading snapshot', message: c.timestamp });
-  const url = `${base.replace(/\/+$/, '')}/${c.timestamp}id_/${c.original}`;
+  const url = archiveUrl(base, c.timestamp, c.original, 'id_');
+  if (!url) {
+    notes.push(`snapshot skipped: the archive's data for ${c.timestamp} does not name an http(s) URL under WAYBACK_BASE_URL`);
+    return null;
+  }
   const res = await upstream(url, SNAPSHOT_MAX_BYTES, ctx.signal, 'Wayback snapshot');
   if (res.status < 200 || res.status >= 300) {
     if (res.status >= 500 || res.status === 429) throw new AppError('tool_unavailable', `Wayback snapshot upstream failed: answered ${res.status}`, { upstream_status: res.status });

@@ -211,15 +211,28 @@ export async function vetDestination(url: URL, deps: GuardDeps): Promise<VettedD
     for (const { address } of addresses) {
       const verdict = classifyAddress(address);
       if (!verdict.allowed) {
-        throw new AppError(
-          'invalid_input',
-          `${tool} refused ${url.hostname}: ${CLASS_LABEL[verdict.addressClass]} address (${literal ? '' : 'resolves to '}${verdict.detail})`,
-          { reason: 'blocked_address', address_class: verdict.addressClass },
-        );
+        // An address the caller wrote is theirs to see, with its class. What a name resolves to is
+        // not: naming it (or its class) would let a caller map internal DNS through the refusals.
+        if (!literal) throw new AppError('invalid_input', `${tool} refused ${url.hostname}: the destination is not allowed (not a public address)`, { reason: 'blocked_address' });
+        throw new AppError('invalid_input', `${tool} refused ${url.hostname}: ${CLASS_LABEL[verdict.addressClass]} address (${verdict.detail})`, {
+          reason: 'blocked_address',
+          address_class: verdict.addressClass,
+        });
       }
     }
   }
   return { hostPort, hostname, port, addresses, exempt };
+}
+
+const IPV4_ADDRESS = /\b(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?\b/g;
+const IPV6_ADDRESS = /\[?(?:[0-9a-f]{0,4}:){2,7}[0-9a-f]{0,4}(?:%\w+)?\]?(?::\d{1,5})?/gi;
+
+/**
+ * `message` (a connection error's, e.g. "connect ECONNREFUSED 203.0.113.5:443") without the IP
+ * addresses in it: what a name resolved to is never shown to a caller.
+ */
+export function withoutAddresses(message: string): string {
+  return message.replace(IPV4_ADDRESS, '(address withheld)').replace(IPV6_ADDRESS, (m) => (/[0-9a-f]/i.test(m) ? '(address withheld)' : m));
 }
 
 /**

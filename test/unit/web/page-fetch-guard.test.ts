@@ -60,6 +60,13 @@ function expectBlocked(err: AppError, cls: AddressClass) {
   expect(err.message).toMatch(/^page_fetch refused \S+: .+ address \(.+\)$/);
 }
 
+/** A name's refusal names the host as given, never the address it resolved to or that address's class. */
+function expectBlockedName(err: AppError, url: string) {
+  expect(err.code).toBe('invalid_input');
+  expect(err.details).toEqual({ reason: 'blocked_address' });
+  expect(err.message).toBe(`page_fetch refused ${new URL(url).hostname}: the destination is not allowed (not a public address)`);
+}
+
 describe('page_fetch refuses blocked addresses given literally', () => {
   const table: Array<[string, AddressClass]> = [
     ['http://127.0.0.1/', 'loopback'],
@@ -121,14 +128,12 @@ describe('page_fetch refuses names that resolve to blocked addresses', () => {
     ['http://v6loop.test/', 'loopback'],
     ['http://mapped.test/', 'loopback'],
     ['https://loop.test/', 'loopback'],
-  ] as Array<[string, AddressClass]>)('%s -> %s', async (url, cls) => {
-    const err = await refusal(url);
-    expectBlocked(err, cls);
-    expect(err.message).toContain('(resolves to ');
+  ] as Array<[string, AddressClass]>)('%s (%s) is refused without saying what it resolves to', async (url) => {
+    expectBlockedName(await refusal(url), url);
   });
 
   it('refuses localhost through the system resolver', async () => {
-    expectBlocked(await refusal(`http://localhost:${other.port}/`, { DNS_SERVERS: '' }), 'loopback');
+    expectBlockedName(await refusal(`http://localhost:${other.port}/`, { DNS_SERVERS: '' }), `http://localhost:${other.port}/`);
     expect(other.requests).toHaveLength(0);
   });
 });
@@ -144,7 +149,10 @@ describe('page_fetch checks every redirect hop', () => {
     ['/hop', 'loopback'],
   ] as Array<[string, AddressClass]>)('refuses the redirect %s -> %s', async (path, cls) => {
     const before = allowed.requests.length;
-    expectBlocked(await refusal(allowed.url(path), { DNS_SERVERS: path === '/to-localhost' ? '' : dns.address }), cls);
+    const err = await refusal(allowed.url(path), { DNS_SERVERS: path === '/to-localhost' ? '' : dns.address });
+    // A hop to a name is refused without its address or class; a hop to an address literal says both.
+    if (path === '/to-localhost' || path === '/to-intranet-name') expect(err.details).toEqual({ reason: 'blocked_address' });
+    else expectBlocked(err, cls);
     expect(allowed.requests.length).toBeGreaterThan(before);
     expect(other.requests).toHaveLength(0);
   });
@@ -176,7 +184,9 @@ describe('FETCH_ALLOWED_HOSTS exempts exactly one host and port', () => {
     ['the same host on the default port', () => `http://127.0.0.1/`],
   ])('refuses %s', async (_what, url) => {
     const before = allowed.requests.length;
-    expectBlocked(await refusal(url()), 'loopback');
+    const err = await refusal(url());
+    if (url().includes('loop.test')) expectBlockedName(err, url());
+    else expectBlocked(err, 'loopback');
     expect(allowed.requests.length).toBe(before);
     expect(other.requests).toHaveLength(0);
   });
