@@ -1,13 +1,14 @@
 import { buildApp } from './app.js';
-import { checkServices, configOrDie, die, makeLogger, onStopSignal, runMigrations } from './bootstrap.js';
+import { checkServices, configOrDie, die, makeLogger, onStopSignal, runMigrations, sealingKeysOrDie } from './bootstrap.js';
 import { createContainer } from './container.js';
 import { ConfigError, FAMILIES } from './config.js';
+import { warnUnopenableSealed } from './ops/sealed-check.js';
 
 const config = configOrDie();
-if (config.WORKERS === 'off' && !config.EDGE_TOKEN_KEY) {
-  die('EDGE_TOKEN_KEY is required with WORKERS=off: the separate edge workers must open the tokens this API seals (`openssl rand -hex 32`)');
-}
 const log = makeLogger(config);
+// Production stops here without EDGE_TOKEN_KEY, PASSPORT_KEY, PUBLIC_BASE_URL (or PUBLIC_HOSTS); elsewhere unset keys
+// come from the data dir, so separate workers on this machine (WORKERS=off) share them.
+sealingKeysOrDie(config, log, { api: true });
 await checkServices(config, log);
 await runMigrations(config, log);
 // A configuration that only fails once checked against the world (an x402 facilitator that does not
@@ -16,6 +17,8 @@ const container = await createContainer(config, log, {
   api: true,
   workerFamilies: config.WORKERS === 'inline' ? FAMILIES : [],
 }).catch((e: unknown) => (e instanceof ConfigError ? die(e.message) : Promise.reject(e)));
+// One warning line per key that does not open what earlier starts sealed (a changed EDGE_TOKEN_KEY or PASSPORT_KEY).
+await warnUnopenableSealed(container, log);
 const app = await buildApp(container, { logger: log });
 await app.listen({ port: config.PORT, host: config.HOST });
 log.info({ port: config.PORT, workers: config.WORKERS }, 'tollgate listening');

@@ -3,10 +3,11 @@
  * those families against REDIS_URL and DATABASE_URL; scale by running more replicas.
  */
 import { parseArgs } from 'node:util';
-import { checkServices, configOrDie, die, makeLogger, onStopSignal, runMigrations } from '../src/bootstrap.js';
+import { checkServices, configOrDie, die, makeLogger, onStopSignal, runMigrations, sealingKeysOrDie } from '../src/bootstrap.js';
 import { createContainer } from '../src/container.js';
 import { FAMILIES, type Family } from '../src/config.js';
 import { serveMetrics } from '../src/ops/metrics.js';
+import { warnUnopenableSealed } from '../src/ops/sealed-check.js';
 
 const { values } = parseArgs({ options: { family: { type: 'string', multiple: true } }, allowPositionals: false });
 const asked = values.family ?? [];
@@ -19,13 +20,14 @@ for (const f of asked) {
 }
 
 const config = configOrDie();
-if (!config.EDGE_TOKEN_KEY && families.includes('edge')) {
-  die('EDGE_TOKEN_KEY is required when edge workers run in their own process (the API seals tokens with it); generate one with `openssl rand -hex 32`');
-}
 const log = makeLogger(config);
+// Production stops here without EDGE_TOKEN_KEY and PASSPORT_KEY; elsewhere unset keys come from the data dir, as the API's do.
+sealingKeysOrDie(config, log, { api: false });
 await checkServices(config, log);
 await runMigrations(config, log);
 const container = await createContainer(config, log, { api: false, workerFamilies: families });
+// One warning line per key that does not open what earlier starts sealed (a changed EDGE_TOKEN_KEY or PASSPORT_KEY).
+await warnUnopenableSealed(container, log);
 // This process's Prometheus metrics on METRICS_PORT (0: none).
 const metricsServer = config.METRICS_PORT
   ? await serveMetrics(container.metrics, { port: config.METRICS_PORT, host: config.HOST, token: config.METRICS_TOKEN })

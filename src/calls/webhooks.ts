@@ -8,18 +8,21 @@ import { sql, type DatabasePool } from '../db/pool.js';
 import { AppError, isAppError, type SerializedError } from '../errors.js';
 import { ResultsStore } from '../money/results.js';
 import { connectRedis, type Redis } from '../queue/redis.js';
-import { queuePrefix } from '../queue/keyspace.js';
+import { accountTag, queuePrefix } from '../queue/keyspace.js';
+import { familyOfJob, queueName } from '../queue/queues.js';
 import type { EdgeTokenSealer } from '../services/edge-token.js';
 import { PinnedAgent, vetDestination, withoutAddresses } from '../tools/web/net-guard.js';
 import { pgSafeValue } from '../db/pg-text.js';
 import { createResolver, type DnsResolver } from '../tools/web/resolver.js';
 
 /**
- * Webhooks for async jobs. A call may name a Callback-Url (checked at admission by
- * `vetCallbackUrl`); when its job ends, settlement (src/money/settlement.ts, worker side, so it holds
- * even when the API process that admitted the job is gone) hands it to `Webhooks.ended`, which queues
- * one delivery per job on the `webhooks` queue. The delivery worker POSTs the body GET /jobs/{id}
- * answers, signed with the account's secret, and records every attempt in Postgres
+ * Webhooks for async jobs. A charged call may name a Callback-Url (checked at admission by
+ * `vetCallbackUrl`, and counted among the account's outstanding deliveries by `PendingDeliveries`);
+ * when its job ends, settlement (src/money/settlement.ts, worker side, so it holds even when the API
+ * process that admitted the job is gone) hands it to `Webhooks.ended`, which queues one delivery per
+ * job on the `webhooks` queue. The delivery worker POSTs the body GET /jobs/{id} answers, signed as
+ * Standard Webhooks says (https://www.standardwebhooks.com: `webhook-id`, `webhook-timestamp`,
+ * `webhook-signature`) with the account's secret, and records every attempt in Postgres
  * (migrations/010_webhooks.sql) for GET /jobs/{id} to show.
  */
 
@@ -82,15 +85,38 @@ export async function vetCallbackUrl(
   return url.toString();
 }
 
-/** Signature header value: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">`. */
-export function signatureHeader(secret: string, body: string, t = Math.floor(Date.now() / 1000)): string {
-  return `t=${t},v1=${createHmac('sha256', secret).update(`${t}.${body}`).digest('hex')}`;
+/**
+ * The HMAC key of a secret: the bytes its `whsec_` part encodes. Secrets made before deliveries
+ * followed Standard Webhooks are base64url (24 bytes); Node decodes both alphabets, so they keep their
+ * bytes and are shown again in standard base64 (`secretString`), which is what Standard Webhooks
+ * libraries read.
+ */
+export function secretKey(secret: string): Buffer {
+  const key = Buffer.from(secret.replace(/^whsec_/, ''), 'base64');
+  if (key.length < 24) throw new Error('webhook secret too short');
+  return key;
+}
+
+/** `whsec_<standard base64 of the key>` (Standard Webhooks' serialization of a symmetric secret). */
+export function secretString(secret: string): string {
+  return `whsec_${secretKey(secret).toString('base64')}`;
+}
+
+/**
+ * The Standard Webhooks signature: `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">` keyed with the
+ * secret's decoded bytes. The id is the delivery's (the same on every retry, so receivers dedupe on
+ * it) and the timestamp the attempt's, in seconds: a captured delivery replayed under another id or
+ * later than the receiver's tolerance does not verify.
+ */
+export function webhookSignature(secret: string, id: string, timestamp: number, body: string): string {
+  return `v1,${createHmac('sha256', secretKey(secret)).update(`${id}.${timestamp}.${body}`).digest('base64')}`;
 }
 
 /**
  * One signing secret per account, stored sealed with the edge-token sealer (AES-256-GCM under
- * EDGE_TOKEN_KEY): the database never holds it in clear, and it is never logged. Separate API and
- * worker processes need the same EDGE_TOKEN_KEY, as for edge tokens.
+ * EDGE_TOKEN_KEY): the database never holds it in clear, and it is never logged. Every process that
+ * reads it (the API for GET /webhooks/secret, the delivery workers) needs the same EDGE_TOKEN_KEY,
+ * kept across restarts (src/bootstrap.ts `sealingKeysOrDie`).
  */
 export class WebhookSecrets {
   constructor(
@@ -98,17 +124,36 @@ export class WebhookSecrets {
     private readonly sealer: EdgeTokenSealer,
   ) {}
 
+  /** 32 random bytes (Standard Webhooks asks for 24 to 64), as `whsec_<base64>`. */
   private static fresh(): string {
-    return `whsec_${randomBytes(24).toString('base64url')}`;
+    return `whsec_${randomBytes(32).toString('base64')}`;
   }
 
-  /** The account's secret, created on first use. */
+  /** The account's secret (`whsec_<base64>`), created on first use. */
   async get(accountId: string): Promise<string> {
     await this.pool.query(sql.unsafe`
       INSERT INTO webhook_secrets (account_id, sealed) VALUES (${accountId}, ${this.sealer.seal(WebhookSecrets.fresh())})
       ON CONFLICT (account_id) DO NOTHING`);
     const sealed = await this.pool.oneFirst(sql.type(z.object({ sealed: z.string() }))`SELECT sealed FROM webhook_secrets WHERE account_id = ${accountId}`);
-    return this.open(sealed);
+    return secretString(this.open(sealed));
+  }
+
+  /**
+   * Start-up check: how many of the latest `n` secrets this process's EDGE_TOKEN_KEY cannot open (sealed
+   * under another key: it changed, or was a per-process random one before). One indexed read.
+   */
+  async sample(n = 20): Promise<{ sampled: number; unopenable: number }> {
+    const rows = await this.pool.anyFirst(sql.type(z.object({ sealed: z.string() }))`
+      SELECT sealed FROM webhook_secrets ORDER BY created_at DESC LIMIT ${n}`);
+    let unopenable = 0;
+    for (const sealed of rows) {
+      try {
+        this.sealer.open(sealed);
+      } catch {
+        unopenable++;
+      }
+    }
+    return { sampled: rows.length, unopenable };
   }
 
   /** Replaces the account's secret; deliveries from now on are signed with the new one. */
@@ -137,8 +182,132 @@ export interface DeliveryData {
   jobId: string;
   accountId: string;
   url: string;
-  /** Tollgate-Delivery-Id: the same on every retry, so receivers can drop duplicates. */
+  /** `webhook-id`: the same on every retry, and signed, so receivers can drop duplicates. */
   deliveryId: string;
+}
+
+/** Members of the pending set not yet bound to a job: `claim:<random>`. */
+const CLAIM_PREFIX = 'claim:';
+/** An unbound claim, or a job just bound that has no queued job yet, counts this long at most. */
+const FRESH_MS = 60_000;
+/** The pending set of an account that takes no new callback expires this long after its last one. */
+const PENDING_TTL_MS = 8 * 86400_000;
+/** At most one repair per account this often (each reads every member's jobs). */
+const REPAIR_EVERY_MS = 5_000;
+
+/**
+ * Takes a place in an account's pending set unless it is full.
+ * KEYS: set  ARGV: max, member, now (ms), ttl (ms). Returns {1, count} taken, or {0, count} full.
+ */
+const CLAIM = `
+local n = redis.call('ZCARD', KEYS[1])
+if n >= tonumber(ARGV[1]) then return {0, n} end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return {1, n + 1}
+`;
+
+/**
+ * Moves a claim onto the job it was taken for (the job, or a chain or parallel request's root).
+ * KEYS: set  ARGV: claim, job id, now (ms)
+ */
+const BIND = `
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
+return 1
+`;
+
+/** What a job id stands for in the queues, for `PendingDeliveries.repair`. */
+type Liveness = (ids: string[]) => Promise<boolean[]>;
+
+/**
+ * WEBHOOK_MAX_PENDING: the deliveries an account has outstanding, one member per accepted callback in
+ * a Redis sorted set per account (score: when last touched). A call with a Callback-Url takes a place
+ * atomically before anything is reserved or queued (`claim`, 429 when full, so concurrent calls can
+ * never take more places than there are), binds it to its job id once it has one (`bind`), and the
+ * place is given back when the delivery finally succeeds or gives up (`release`, by the delivery
+ * worker), or when the request was never queued.
+ *
+ * Crash tolerance: a place whose release was lost (a process died between a last attempt and its
+ * release, a request that failed between binding and queueing) would hold a place forever. So when
+ * the set is full, before refusing, every member is checked against the queues (`repair`, at most once
+ * per REPAIR_EVERY_MS per account): one with an unfinished delivery, watch or tool job, or touched
+ * within FRESH_MS, still counts; the others are dropped.
+ */
+export class PendingDeliveries {
+  constructor(
+    private readonly deps: { redis: Redis; config: Pick<Config, 'REDIS_PREFIX' | 'WEBHOOK_MAX_PENDING'>; live: Liveness; now?: () => number },
+  ) {}
+
+  private now(): number {
+    return this.deps.now?.() ?? Date.now();
+  }
+
+  key(accountId: string): string {
+    return `${this.deps.config.REDIS_PREFIX}:wh:pending:${accountTag(accountId)}:${accountId}`;
+  }
+
+  /** How many places the account's deliveries hold now. */
+  count(accountId: string): Promise<number> {
+    return this.deps.redis.zcard(this.key(accountId));
+  }
+
+  /** Takes a place for a new callback; 429 rate_limited when WEBHOOK_MAX_PENDING are outstanding. Returns the claim. */
+  async claim(accountId: string): Promise<string> {
+    const max = this.deps.config.WEBHOOK_MAX_PENDING;
+    const member = `${CLAIM_PREFIX}${randomUUID()}`;
+    const take = async () => (await this.deps.redis.eval(CLAIM, 1, this.key(accountId), max, member, this.now(), PENDING_TTL_MS)) as [number, number];
+    let [taken, n] = await take();
+    if (!taken && (await this.repair(accountId))) [taken, n] = await take();
+    if (!taken) {
+      throw new AppError(
+        'rate_limited',
+        `This account already has ${n} webhook deliveries outstanding (queued or retrying), the most WEBHOOK_MAX_PENDING allows (${max}); ` +
+          'a call with a Callback-Url is accepted again once one is delivered or given up (GET /jobs/{id} shows its attempts). Nothing was queued or charged',
+        { limit: 'webhook_pending', limit_value: max, pending: n },
+      );
+    }
+    return member;
+  }
+
+  /** The claim now stands for this job (a call's job, or a chain or parallel request's root). */
+  async bind(accountId: string, claim: string, jobId: string): Promise<void> {
+    await this.deps.redis.eval(BIND, 1, this.key(accountId), claim, jobId, this.now());
+  }
+
+  /** Marks a member as recently active (its delivery was just queued). */
+  async touch(accountId: string, jobId: string): Promise<void> {
+    await this.deps.redis.zadd(this.key(accountId), 'XX', this.now(), jobId);
+  }
+
+  /** Gives a place back: the delivery succeeded or gave up, or the request was never queued. */
+  async release(accountId: string, member: string): Promise<void> {
+    await this.deps.redis.zrem(this.key(accountId), member);
+  }
+
+  /** Drops members nothing stands for any more; true when it ran (false: another repair ran recently). */
+  private async repair(accountId: string): Promise<boolean> {
+    const key = this.key(accountId);
+    const lock = await this.deps.redis.set(`${key}:repair`, '1', 'PX', REPAIR_EVERY_MS, 'NX');
+    if (lock !== 'OK') return false;
+    const flat = await this.deps.redis.zrange(key, 0, -1, 'WITHSCORES');
+    const now = this.now();
+    const members: string[] = [];
+    const dead: string[] = [];
+    for (let i = 0; i < flat.length; i += 2) {
+      const m = flat[i]!;
+      const fresh = now - Number(flat[i + 1]) < FRESH_MS;
+      if (fresh) continue;
+      if (m.startsWith(CLAIM_PREFIX)) dead.push(m);
+      else members.push(m);
+    }
+    const live = members.length ? await this.deps.live(members) : [];
+    members.forEach((m, i) => {
+      if (!live[i]) dead.push(m);
+    });
+    if (dead.length) await this.deps.redis.zrem(key, ...dead);
+    return true;
+  }
 }
 
 /** A job that ended and has a callback (from its settlement). */
@@ -185,6 +354,7 @@ export class Webhooks {
   private watcher: Worker<WatchData> | null = null;
   private watcherRedis: Redis | null = null;
   readonly secrets: WebhookSecrets;
+  readonly pending: PendingDeliveries;
   readonly resolver: DnsResolver;
 
   constructor(
@@ -193,7 +363,37 @@ export class Webhooks {
     this.queue = new Queue<DeliveryData>(WEBHOOK_QUEUE, { connection: deps.redis, prefix: queuePrefix(deps.config.REDIS_PREFIX) });
     this.watchQueue = new Queue<WatchData>(WEBHOOK_WATCH_QUEUE, { connection: deps.redis, prefix: queuePrefix(deps.config.REDIS_PREFIX) });
     this.secrets = new WebhookSecrets(deps.pool, deps.sealer);
+    this.pending = new PendingDeliveries({ redis: deps.redis, config: deps.config, live: (ids) => this.live(ids) });
     this.resolver = createResolver(deps.config);
+  }
+
+  /**
+   * For each id in the pending set, whether something still stands for it: an unfinished delivery, an
+   * unfinished watch, or (before its delivery is queued) a tool job not finished or finished within
+   * FRESH_MS (settlement is about to queue its delivery). Reads job hashes as JobQueues.liveJobs does.
+   */
+  private async live(ids: string[]): Promise<boolean[]> {
+    const qp = queuePrefix(this.deps.config.REDIS_PREFIX);
+    const pipe = this.deps.redis.pipeline();
+    for (const id of ids) {
+      pipe.hmget(`${qp}:${WEBHOOK_QUEUE}:hook-${id}`, 'timestamp', 'finishedOn');
+      pipe.hmget(`${qp}:${WEBHOOK_WATCH_QUEUE}:watch-${id}`, 'timestamp', 'finishedOn');
+      const family = familyOfJob(id);
+      pipe.hmget(family ? `${qp}:${queueName(family)}:${id}` : `${qp}:none`, 'timestamp', 'finishedOn');
+    }
+    const replies = ((await pipe.exec()) ?? []).map(([err, v]) => {
+      if (err) throw err;
+      const [created, finished] = (v ?? []) as Array<string | null>;
+      return { exists: created !== null, finishedOn: finished ? Number(finished) : null };
+    });
+    const now = Date.now();
+    return ids.map((_, i) => {
+      const [hook, watch, tool] = [replies[3 * i]!, replies[3 * i + 1]!, replies[3 * i + 2]!];
+      if (hook.exists) return hook.finishedOn === null;
+      if (watch.exists && watch.finishedOn === null) return true;
+      if (tool.exists) return tool.finishedOn === null || now - tool.finishedOn < FRESH_MS;
+      return false;
+    });
   }
 
   /** Admission check (see vetCallbackUrl) with this process's resolver. */
@@ -212,6 +412,7 @@ export class Webhooks {
         INSERT INTO webhook_jobs (job_id, account_id, url) VALUES (${j.jobId}, ${j.accountId}, ${j.callbackUrl})
         ON CONFLICT (job_id) DO NOTHING`);
       await this.enqueue(j.jobId, j.accountId, j.callbackUrl);
+      await this.pending.touch(j.accountId, j.jobId).catch(() => {});
     }
   }
 
@@ -269,11 +470,13 @@ export class Webhooks {
     const body = await outcome(rootId);
     if (body === undefined) {
       this.deps.log.warn({ job: rootId }, 'webhook watch: the request is not stored; nothing to deliver');
+      await this.pending.release(accountId, rootId);
       return;
     }
     if (body === null) {
       if (Date.now() - since > WATCH_GIVE_UP_MS) {
         this.deps.log.warn({ job: rootId }, 'webhook watch gave up: the request has not ended');
+        await this.pending.release(accountId, rootId);
         return;
       }
       await job.updateData({ ...job.data, checks: checks + 1 });
@@ -284,6 +487,7 @@ export class Webhooks {
       INSERT INTO webhook_jobs (job_id, account_id, url, body) VALUES (${rootId}, ${accountId}, ${url}, ${sql.jsonb(pgSafeValue(body) as never)})
       ON CONFLICT (job_id) DO NOTHING`);
     await this.enqueue(rootId, accountId, url);
+    await this.pending.touch(accountId, rootId).catch(() => {});
   }
 
   /** The `webhook` member of GET /jobs/{id}: where it goes and every attempt so far; null without a callback. */
@@ -334,7 +538,12 @@ export class Webhooks {
     });
   }
 
-  /** One attempt: vet the URL again (DNS may have changed) and POST to the pinned addresses only. */
+  /**
+   * One attempt: vet the URL again (DNS may have changed) and POST to the pinned addresses only, signed
+   * per Standard Webhooks: `webhook-id` (the delivery id, the same on every retry), `webhook-timestamp`
+   * (this attempt, seconds) and `webhook-signature` over both and the body. The last attempt, delivered
+   * or not, gives the account's pending place back.
+   */
   private async deliver(job: Job<DeliveryData>): Promise<void> {
     const { jobId, accountId, url: raw, deliveryId } = job.data;
     const { config, pool } = this.deps;
@@ -347,6 +556,7 @@ export class Webhooks {
       if (!body) throw new DeliveryFailed('the job has no stored outcome');
       const raw_ = JSON.stringify(body);
       const secret = await this.secrets.get(accountId);
+      const timestamp = Math.floor(Date.now() / 1000);
       const url = new URL(raw);
       const dest = await vetDestination(url, {
         config: { FETCH_ALLOWED_HOSTS: config.WEBHOOK_ALLOWED_HOSTS },
@@ -363,9 +573,10 @@ export class Webhooks {
         headers: {
           'content-type': 'application/json',
           'user-agent': 'Tollgate-Webhooks/1',
-          'tollgate-signature': signatureHeader(secret, raw_),
+          'webhook-id': deliveryId,
+          'webhook-timestamp': String(timestamp),
+          'webhook-signature': webhookSignature(secret, deliveryId, timestamp, raw_),
           'tollgate-job-id': jobId,
-          'tollgate-delivery-id': deliveryId,
         },
         body: raw_,
         headersTimeout: config.WEBHOOK_TIMEOUT_MS,
@@ -384,6 +595,9 @@ export class Webhooks {
     await pool.query(sql.unsafe`
       INSERT INTO webhook_deliveries (job_id, delivery_id, attempt, status, ok, error)
       VALUES (${jobId}, ${deliveryId}, ${attempt}, ${status}, ${ok}, ${error ?? null})`);
+    const last = attempt >= (job.opts.attempts ?? 1);
+    // Best effort: a place whose release is lost is found by the next repair (its delivery job has finished).
+    if (ok || last) await this.pending.release(accountId, jobId).catch(() => {});
     if (ok) {
       await pool.query(sql.unsafe`UPDATE webhook_jobs SET delivered_at = now() WHERE job_id = ${jobId} AND delivered_at IS NULL`);
       return;

@@ -439,3 +439,86 @@ function alive(pid: number): boolean {
     return false;
   }
 }
+
+// ------------------------------------------------------------------------------------- sealing keys
+
+/**
+ * The keys that seal what outlives a process: EDGE_TOKEN_KEY (webhook secrets in Postgres, edge tokens
+ * in job data) and PASSPORT_KEY (passports in Redis). A per-process random key would make a restart
+ * lose them all, so production requires both, and elsewhere they are generated once and kept.
+ */
+export const SEALING_KEYS = ['EDGE_TOKEN_KEY', 'PASSPORT_KEY'] as const;
+type SealingKey = (typeof SEALING_KEYS)[number];
+
+/**
+ * What production needs and lacks: both sealing keys and, in a process that serves the API,
+ * PUBLIC_BASE_URL unless PUBLIC_HOSTS lists the host names requests may name (otherwise links and the
+ * x402 `resource` would have to come from a Host header anyone can write).
+ */
+export function missingInProduction(
+  config: Pick<Config, SealingKey | 'PUBLIC_BASE_URL' | 'PUBLIC_HOSTS'>,
+  opts: { api: boolean },
+): string[] {
+  const missing: string[] = SEALING_KEYS.filter((k) => !config[k]);
+  if (opts.api && !config.PUBLIC_BASE_URL && !config.PUBLIC_HOSTS.length) missing.push('PUBLIC_BASE_URL (or PUBLIC_HOSTS)');
+  return missing;
+}
+
+/** The one line production stops with when `missingInProduction` is not empty. */
+export function productionRefusal(missing: string[]): string {
+  return (
+    `production (NODE_ENV=production or the compiled build) does not start without ${missing.join(', ')}. ` +
+    'EDGE_TOKEN_KEY and PASSPORT_KEY are 32 random bytes each (`openssl rand -hex 32`), the same in every process and kept across restarts: ' +
+    'webhook secrets and passports sealed under one key open under no other. PUBLIC_BASE_URL is the URL clients use (or PUBLIC_HOSTS: their host names)'
+  );
+}
+
+export interface LocalKeys {
+  file: string;
+  /** The variables taken from the file (those unset in the environment). */
+  used: SealingKey[];
+  /** Whether this start wrote the file. */
+  created: boolean;
+}
+
+/**
+ * Outside production: EDGE_TOKEN_KEY and PASSPORT_KEY left unset are read from
+ * TOLLGATE_DATA_DIR/secrets.json, which the first start generates (mode 0600, 32 random bytes each as
+ * hex) and every later start, and every process sharing the data dir (separate workers), reuses. So
+ * `npm start` needs no configuration and a restart keeps webhook secrets and passports readable.
+ * Two processes starting at once agree: the file is made complete under another name and linked into
+ * place, and whoever loses the race reads the winner's. Returns null when both keys are set.
+ */
+export function localSealingKeys(config: Pick<Config, SealingKey | 'TOLLGATE_DATA_DIR'>): LocalKeys | null {
+  const unset = SEALING_KEYS.filter((k) => !config[k]);
+  if (!unset.length) return null;
+  const dataDir = path.resolve(config.TOLLGATE_DATA_DIR);
+  const file = path.join(dataDir, 'secrets.json');
+  let created = false;
+  let stored = readJson<Partial<Record<SealingKey, string>>>(file);
+  if (!stored) {
+    if (fs.existsSync(file)) throw new EmbeddedError(`${file} is not readable JSON; remove it only if nothing was sealed under its keys yet, or set ${unset.join(' and ')}`);
+    fs.mkdirSync(dataDir, { recursive: true, mode: 0o755 });
+    const fresh = Object.fromEntries(SEALING_KEYS.map((k) => [k, randomBytes(32).toString('hex')]));
+    const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
+    fs.writeFileSync(tmp, JSON.stringify(fresh, null, 2) + os.EOL, { mode: 0o600 });
+    try {
+      fs.linkSync(tmp, file);
+      created = true;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    } finally {
+      fs.rmSync(tmp, { force: true });
+    }
+    stored = readJson(file);
+  }
+  for (const k of unset) {
+    if (!stored || typeof stored[k] !== 'string' || !/^[0-9a-f]{64}$/i.test(stored[k]!)) {
+      throw new EmbeddedError(`${file} has no valid ${k}; set ${k} (\`openssl rand -hex 32\`), or add it to the file as 64 hex characters`);
+    }
+    config[k] = stored[k]!;
+  }
+  // Only its owner may read it (a copy restored from elsewhere may have come with looser permissions).
+  if ((fs.statSync(file).mode & 0o077) !== 0) fs.chmodSync(file, 0o600);
+  return { file, used: unset, created };
+}

@@ -9,7 +9,8 @@ import { Idempotency, type StoredResponse, type TrackJob } from '../calls/idempo
 import { payPerCallFor, sendPaidToolCall } from './paid-calls.js';
 import { protocolServices, streamToolCall, wantsEventStream } from './stream.js';
 import { cancellerFor } from '../calls/cancel.js';
-import { callbackUrlHeader } from './webhooks.js';
+import { getTool } from '../tools/index.js';
+import { acceptCallback, type AcceptedCallback } from './webhooks.js';
 
 /** `Prefer: respond-async` (RFC 7240) asks for the 202 at once. */
 export function wantsAsync(req: FastifyRequest): boolean {
@@ -99,17 +100,19 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
     if (stream || req.headers['idempotency-key'] !== undefined || req.headers['callback-url'] !== undefined) await rate.now();
     // Accept: text/event-stream answers with Server-Sent Events (src/routes/stream.ts).
     if (stream) return streamToolCall(app, req, reply, caller, { requestId: req.id, edgeToken: edgeTokenHeader(req) });
+    let callback: AcceptedCallback | undefined;
     try {
-      // Vetted before anything is reserved or queued: a refused Callback-Url is a 400 that costs nothing.
-      const callbackUrl = await callbackUrlHeader(req);
+      // Accepted before anything is reserved or queued: a refused Callback-Url (a free call, a bad URL,
+      // too many deliveries outstanding) costs nothing.
+      callback = await acceptCallback(req, caller, () => [getTool(req.params.name)]);
       return await sendIdempotent(req, reply, caller, async (track) =>
         answerResponse(
           await calls.call(caller, req.params.name, req.body, {
             requestId: req.id,
             respondAsync: wantsAsync(req),
             edgeToken: edgeTokenHeader(req),
-            onJobId: track,
-            callbackUrl,
+            onJobId: callback ? callback.track(track) : track,
+            callbackUrl: callback?.url,
             rateLimit: rate,
           }),
         ),
@@ -121,6 +124,8 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
         if (isAppError(err) && err.code === 'rate_limited') throw err;
       });
       throw e;
+    } finally {
+      await callback?.done();
     }
   });
 

@@ -8,11 +8,23 @@ import { getTool } from '../tools/index.js';
 import { workerCounts } from '../queue/heartbeat.js';
 import { buildClientPackage } from '../ops/client-package.js';
 
-/** The public base URL: PUBLIC_BASE_URL, else what the request was addressed to. */
+const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
+
+/**
+ * The public base URL (links, /subscribe, the x402 `resource`): PUBLIC_BASE_URL; else the request's
+ * scheme and Host only when that host is one the service knows as its own (listed in PUBLIC_HOSTS as
+ * `host` or `host:port`, or a loopback name), so a Host header anyone can write is never reflected;
+ * else the first PUBLIC_HOSTS entry, or http://localhost:PORT. Production requires PUBLIC_BASE_URL or
+ * PUBLIC_HOSTS (src/bootstrap.ts).
+ */
 export function baseUrl(app: FastifyInstance, req: FastifyRequest): string {
-  const configured = app.container.config.PUBLIC_BASE_URL;
-  if (configured) return configured.replace(/\/+$/, '');
-  return `${req.protocol}://${req.host}`;
+  const { PUBLIC_BASE_URL, PUBLIC_HOSTS, PORT } = app.container.config;
+  if (PUBLIC_BASE_URL) return PUBLIC_BASE_URL.replace(/\/+$/, '');
+  const host = String(req.host ?? '').toLowerCase();
+  // Only a bare host[:port]: anything else in the header (a path, credentials, spaces) is not a host.
+  const hostname = /^(\[[0-9a-f:.]+\]|[a-z0-9.-]+)(:\d{1,5})?$/.exec(host)?.[1] ?? null;
+  if (hostname !== null && (PUBLIC_HOSTS.includes(host) || PUBLIC_HOSTS.includes(hostname) || LOOPBACK_HOSTS.has(hostname))) return `${req.protocol}://${host}`;
+  return PUBLIC_HOSTS.length ? `${req.protocol}://${PUBLIC_HOSTS[0]}` : `http://localhost:${PORT}`;
 }
 
 export async function metaRoutes(app: FastifyInstance): Promise<void> {

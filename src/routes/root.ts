@@ -6,7 +6,7 @@ import { edgeTokenHeader, sendIdempotent, wantsAsync } from './calls.js';
 import { baseUrl } from './meta.js';
 import { freeNeedsKey, paidIdempotency, payPerCallFor, paymentHeaders, refuseSideEffects, sendPaid } from './paid-calls.js';
 import { lastEventCursor, protocolServices, resumeEventStream, startEventStream } from './stream.js';
-import { callbackUrlOf } from './webhooks.js';
+import { acceptCallback } from './webhooks.js';
 
 /** POST /: the root protocol (direct, chain, parallel, stream). Shapes in src/services/protocol.ts. */
 export async function rootRoutes(app: FastifyInstance): Promise<void> {
@@ -22,11 +22,18 @@ export async function rootRoutes(app: FastifyInstance): Promise<void> {
     const at = lastEventCursor(req);
     if (at) return resumeEventStream(app, req, reply, caller, at);
     const request = parseProtocolRequest(req.body);
-    // Callback-Url header or callback_url: vetted before anything runs.
-    const callbackUrl = await callbackUrlOf(req, (req.body as { callback_url?: unknown }).callback_url);
-    const opts = { requestId: req.id, edgeToken: edgeTokenHeader(req), respondAsync: wantsAsync(req), ...(callbackUrl ? { callbackUrl } : {}) };
-    if (request.stream) return startEventStream(app, req, reply, caller, (track) => protocol.start(caller, request, { ...opts, onJobId: track }));
-    return sendIdempotent(req, reply, caller, (track) => protocol.answer(caller, request, { ...opts, onJobId: track }));
+    // Callback-Url header or callback_url: accepted (charged request, allowed URL, a place among the
+    // account's outstanding deliveries) before anything runs.
+    const tools = () => (request.mode === 'direct' ? [request.tool] : request.tools);
+    const callback = await acceptCallback(req, caller, tools, (req.body as { callback_url?: unknown }).callback_url);
+    const opts = { requestId: req.id, edgeToken: edgeTokenHeader(req), respondAsync: wantsAsync(req), ...(callback ? { callbackUrl: callback.url } : {}) };
+    const onJobId = (track?: (jobId: string) => Promise<void>) => (callback ? callback.track(track) : track);
+    try {
+      if (request.stream) return await startEventStream(app, req, reply, caller, (track) => protocol.start(caller, request, { ...opts, onJobId: onJobId(track) }));
+      return await sendIdempotent(req, reply, caller, (track) => protocol.answer(caller, request, { ...opts, onJobId: onJobId(track) }));
+    } finally {
+      await callback?.done();
+    }
   });
 }
 

@@ -1,12 +1,17 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import { ConfigError, type Config } from '../config.js';
 import { AppError } from '../errors.js';
+import { isProduction } from '../ops/embedded.js';
 
 /**
  * The caller's edge-network token travels to the worker inside BullMQ job data, which lives in Redis.
- * It is sealed there with AES-256-GCM under EDGE_TOKEN_KEY, so Redis only ever holds ciphertext.
- * When the API runs its workers in-process and no key is configured, a random key that lives only in
- * this process's memory is used; separate worker processes need the shared EDGE_TOKEN_KEY.
+ * It is sealed there with AES-256-GCM under EDGE_TOKEN_KEY, so Redis only ever holds ciphertext; so is
+ * each account's webhook secret in Postgres (src/calls/webhooks.ts).
+ *
+ * The key must outlive the process: the entry points (src/bootstrap.ts `sealingKeysOrDie`) refuse to
+ * start production without it and elsewhere fill it from the data dir, generated once. Only a
+ * container built without them (tests, NODE_ENV=test) gets a random key of its own process; in
+ * production that is refused here too.
  */
 export class EdgeTokenSealer {
   private readonly key: Buffer;
@@ -18,6 +23,8 @@ export class EdgeTokenSealer {
         : Buffer.from(config.EDGE_TOKEN_KEY, 'base64');
       if (raw.length !== 32) throw new ConfigError('EDGE_TOKEN_KEY must be 32 bytes, as 64 hex characters or base64');
       this.key = raw;
+    } else if (isProduction()) {
+      throw new ConfigError('EDGE_TOKEN_KEY is required in production: webhook secrets and edge tokens sealed under a random key of one process open in no other (`openssl rand -hex 32`)');
     } else {
       this.key = randomBytes(32);
     }

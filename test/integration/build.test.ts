@@ -1,4 +1,5 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { once } from 'node:events';
 import { promisify } from 'node:util';
@@ -48,6 +49,10 @@ describe('production build', () => {
         REDIS_PREFIX: h.config.REDIS_PREFIX,
         ISOLATION: 'threads',
         LOG_LEVEL: 'warn',
+        // The compiled build is production: it does not start without these.
+        EDGE_TOKEN_KEY: randomBytes(32).toString('hex'),
+        PASSPORT_KEY: randomBytes(32).toString('hex'),
+        PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });

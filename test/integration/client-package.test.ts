@@ -13,7 +13,8 @@ let baseUrl: string;
 const temps: string[] = [];
 
 beforeAll(async () => {
-  h = await startHarness();
+  // PUBLIC_HOSTS: the service's own host names; a Host naming another is not reflected into its links.
+  h = await startHarness({ PUBLIC_HOSTS: 'tollgate.example' });
   baseUrl = await h.app.listen({ port: 0, host: '127.0.0.1' });
 });
 afterAll(async () => {

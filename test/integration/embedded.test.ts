@@ -1,4 +1,5 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -174,7 +175,8 @@ describe('REDIS_URL and DATABASE_URL unset, nothing at the defaults', () => {
 
   it('in production starts nothing and stops with one "cannot reach" line', async () => {
     const dir = path.join(newDataDir(), 'never-created');
-    const unset = await unsetEnv(dir, { NODE_ENV: 'production' });
+    // With the keys production requires (without them it stops before, naming them: attacks-round-3-webhooks.test.ts).
+    const unset = await unsetEnv(dir, { NODE_ENV: 'production', EDGE_TOKEN_KEY: randomBytes(32).toString('hex'), PASSPORT_KEY: randomBytes(32).toString('hex'), PUBLIC_HOSTS: 'localhost' });
     const port = await closedPort();
     const { code, out, lines } = await runToExit('npm', ['start'], { cwd: repo, env: { ...unset, PORT: String(port) } });
     expect(code).not.toBe(0);

@@ -1,6 +1,7 @@
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { sql } from '../../src/db/pool.js';
@@ -15,13 +16,21 @@ interface Received {
   answered: number;
 }
 
-/** The README's verification routine, as a receiver would write it. */
-function verifySignature(secret: string, header: string, rawBody: string, toleranceSeconds = 300): boolean {
-  const parts = Object.fromEntries(header.split(',').map((p) => p.split('=') as [string, string]));
-  const t = Number(parts.t);
-  if (!parts.v1 || !Number.isInteger(t) || Math.abs(Date.now() / 1000 - t) > toleranceSeconds) return false;
-  const expected = createHmac('sha256', secret).update(`${parts.t}.${rawBody}`).digest('hex');
-  return expected.length === parts.v1.length && timingSafeEqual(Buffer.from(expected), Buffer.from(parts.v1));
+/**
+ * What the README tells a receiver to do: verify with a Standard Webhooks library (here the official
+ * `standardwebhooks` npm package) over the raw body and the three `webhook-*` headers.
+ */
+function verifies(secret: string, r: Pick<Received, 'headers' | 'raw'>): boolean {
+  try {
+    new Webhook(secret).verify(r.raw, {
+      'webhook-id': String(r.headers['webhook-id']),
+      'webhook-timestamp': String(r.headers['webhook-timestamp']),
+      'webhook-signature': String(r.headers['webhook-signature']),
+    });
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 async function until<T>(what: string, f: () => T | undefined | Promise<T | undefined>, ms = 20_000): Promise<T> {
@@ -80,15 +89,24 @@ afterAll(async () => {
 });
 
 const auth = (apiKey: string) => ({ authorization: `Bearer ${apiKey}` });
+/** Every account this file makes, so the last test can check every delivery against its account's secret. */
+const keys = new Map<string, string>();
+async function account() {
+  const a = await h.account('pro', 100);
+  keys.set(a.accountId, a.apiKey);
+  return a;
+}
 
 describe('webhooks', () => {
   it('GET /webhooks/secret creates the secret once, POST rolls it; sandbox keys are refused', async () => {
-    const acct = await h.account('pro', 100);
+    const acct = await account();
     const first = await h.request({ method: 'GET', url: '/webhooks/secret', headers: auth(acct.apiKey) });
     expect(first.statusCode).toBe(200);
     expect(first.headers['cache-control']).toBe('no-store');
     const secret = json(first).secret as string;
-    expect(secret).toMatch(/^whsec_[A-Za-z0-9_-]{20,}$/);
+    // Standard Webhooks' symmetric secret: whsec_ and the standard base64 of 32 random bytes.
+    expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+    expect(Buffer.from(secret.slice(6), 'base64')).toHaveLength(32);
     const again = await h.request({ method: 'GET', url: '/webhooks/secret', headers: auth(acct.apiKey) });
     expect(json(again).secret).toBe(secret);
     const rolled = await h.request({ method: 'POST', url: '/webhooks/secret', headers: auth(acct.apiKey) });
@@ -111,7 +129,7 @@ describe('webhooks', () => {
   });
 
   it('delivers the signed GET /jobs/{id} body once after two 500s, and GET /jobs/{id} shows the three attempts', async () => {
-    const acct = await h.account('pro', 100);
+    const acct = await account();
     const secret = json(await h.request({ method: 'GET', url: '/webhooks/secret', headers: auth(acct.apiKey) })).secret as string;
     const hook = `${base}/flaky/${acct.accountId}`;
     const started = Date.now();
@@ -128,13 +146,17 @@ describe('webhooks', () => {
     for (const r of mine) {
       expect(r.headers['content-type']).toBe('application/json');
       expect(r.headers['tollgate-job-id']).toBe(jobId);
-      expect(r.headers['tollgate-delivery-id']).toBe(mine[0]!.headers['tollgate-delivery-id']);
-      expect(verifySignature(secret, String(r.headers['tollgate-signature']), r.raw)).toBe(true);
+      // The same webhook-id on every retry (receivers dedupe on it); each attempt its own timestamp, in seconds.
+      expect(r.headers['webhook-id']).toBe(mine[0]!.headers['webhook-id']);
+      expect(Math.abs(Number(r.headers['webhook-timestamp']) - Date.now() / 1000)).toBeLessThan(60);
+      expect(String(r.headers['webhook-signature'])).toMatch(/^v1,[A-Za-z0-9+/]{43}=$/);
+      expect(verifies(secret, r)).toBe(true);
     }
-    expect(String(ok.headers['tollgate-delivery-id'])).toMatch(/^dlv_/);
-    // A tampered body or another secret does not verify.
-    expect(verifySignature(secret, String(ok.headers['tollgate-signature']), ok.raw.replace('14', '15'))).toBe(false);
-    expect(verifySignature('whsec_other', String(ok.headers['tollgate-signature']), ok.raw)).toBe(false);
+    expect(String(ok.headers['webhook-id'])).toMatch(/^dlv_/);
+    // A tampered body, another id or another secret does not verify.
+    expect(verifies(secret, { ...ok, raw: ok.raw.replace('14', '15') })).toBe(false);
+    expect(verifies(secret, { ...ok, headers: { ...ok.headers, 'webhook-id': 'dlv_other' } })).toBe(false);
+    expect(verifies(`whsec_${randomBytes(32).toString('base64')}`, ok)).toBe(false);
 
     const delivered = JSON.parse(ok.raw);
     expect(delivered).toMatchObject({ job_id: jobId, status: 'completed', result: { value: 14 }, cost_cents: 2 });
@@ -158,7 +180,7 @@ describe('webhooks', () => {
   });
 
   it('refuses a callback to loopback, private or metadata addresses with 400 before anything is queued or charged', async () => {
-    const acct = await h.account('pro', 100);
+    const acct = await account();
     const counts = async () => Object.values(await h.container.queues.queue('core').getJobCounts()).reduce((a, b) => a + b, 0);
     const before = await counts();
     for (const url of [
@@ -197,14 +219,14 @@ describe('webhooks', () => {
   });
 
   it('delivers a failed job: the error body GET /jobs/{id} answers', async () => {
-    const acct = await h.account('pro', 100);
+    const acct = await account();
     const secret = json(await h.request({ method: 'GET', url: '/webhooks/secret', headers: auth(acct.apiKey) })).secret as string;
     const path = `/failed/${acct.accountId}`;
     const res = await h.call('compute', { expression: 'f(x) = x' }, acct.apiKey, { prefer: 'respond-async', 'callback-url': `${base}${path}` });
     expect(res.statusCode).toBe(202);
     const jobId = json(res).job_id as string;
     const got = await until('the failure delivery', () => received.find((r) => r.path === path));
-    expect(verifySignature(secret, String(got.headers['tollgate-signature']), got.raw)).toBe(true);
+    expect(verifies(secret, got)).toBe(true);
     const delivered = JSON.parse(got.raw);
     expect(delivered.error).toMatchObject({ code: 'invalid_input', job_id: jobId });
 
@@ -219,7 +241,7 @@ describe('webhooks', () => {
   });
 
   it('POST / in direct mode takes callback_url in the body', async () => {
-    const acct = await h.account('pro', 100);
+    const acct = await account();
     const path = `/root/${acct.accountId}`;
     const res = await h.request({
       method: 'POST',
@@ -235,7 +257,7 @@ describe('webhooks', () => {
   });
 
   it('a chain and a parallel request are each delivered once, when every step has ended, with the body GET /jobs/{root} answers', async () => {
-    const acct = await h.account('pro', 100);
+    const acct = await account();
     const secret = json(await h.request({ method: 'GET', url: '/webhooks/secret', headers: auth(acct.apiKey) })).secret as string;
     const send = async (payload: Record<string, unknown>, path: string) => {
       const res = await h.request({
@@ -258,7 +280,7 @@ describe('webhooks', () => {
     for (const [path, id] of [[chainPath, chainId], [parallelPath, parallelId], [failedPath, failedId]] as const) {
       const got = await until(`the delivery for ${path}`, () => received.find((r) => r.path === path));
       expect(got.headers['tollgate-job-id']).toBe(id);
-      expect(verifySignature(secret, String(got.headers['tollgate-signature']), got.raw)).toBe(true);
+      expect(verifies(secret, got)).toBe(true);
       const status = await h.request({ method: 'GET', url: `/jobs/${id}`, headers: auth(acct.apiKey) });
       expect(withoutKeys(JSON.parse(got.raw), 'request_id')).toEqual(withoutKeys(json(status), 'webhook', 'request_id'));
     }
@@ -271,7 +293,7 @@ describe('webhooks', () => {
   });
 
   it('a sync call that finishes in time still gets its delivery (once)', async () => {
-    const acct = await h.account('pro', 100);
+    const acct = await account();
     const path = `/sync/${acct.accountId}`;
     const res = await h.call('compute', { expression: '1 + 2' }, acct.apiKey, { 'callback-url': `${base}${path}` });
     expect(res.statusCode).toBe(200);
@@ -282,9 +304,10 @@ describe('webhooks', () => {
   });
 
   it('delivers a cancelled job (DELETE /jobs/{id} while it runs) once', async () => {
-    const acct = await h.account('pro', 100);
+    const acct = await account();
     const path = `/cancelled/${acct.accountId}`;
-    const res = await h.call('test_sleep', { ms: 20_000, tag: 'hooked' }, acct.apiKey, { prefer: 'respond-async', 'callback-url': `${base}${path}` });
+    // A paid tool: only charged calls take a Callback-Url.
+    const res = await h.call('test_wait_signal', { ms: 20_000, tag: 'hooked' }, acct.apiKey, { prefer: 'respond-async', 'callback-url': `${base}${path}` });
     expect(res.statusCode).toBe(202);
     const jobId = json(res).job_id as string;
     await until('the job to run', async () => json(await h.request({ method: 'GET', url: `/jobs/${jobId}`, headers: auth(acct.apiKey) })).status === 'running');
@@ -303,7 +326,7 @@ describe('webhooks', () => {
   });
 
   it('a job settled by a run that died before queueing its webhook is delivered by the redelivered run, once', async () => {
-    const acct = await h.account('pro', 100);
+    const acct = await account();
     const path = `/redelivered/${acct.accountId}`;
     // A finished call without a callback stands for a run that settled and died before queueing the delivery.
     const res = await h.call('compute', { expression: '5 * 5' }, acct.apiKey);
@@ -331,7 +354,7 @@ describe('webhooks', () => {
   });
 
   it('does not follow redirects, and a receiver that never answers times out; both are retried and recorded', async () => {
-    const acct = await h.account('pro', 100);
+    const acct = await account();
     const redirect = await h.call('compute', { expression: '1' }, acct.apiKey, { prefer: 'respond-async', 'callback-url': `${base}/redirect/${acct.accountId}` });
     const hang = await h.call('compute', { expression: '2' }, acct.apiKey, { prefer: 'respond-async', 'callback-url': `${base}/hang/${acct.accountId}` });
     const view = async (jobId: string) => json(await h.request({ method: 'GET', url: `/jobs/${jobId}`, headers: auth(acct.apiKey) })).webhook;
@@ -342,5 +365,15 @@ describe('webhooks', () => {
     const t = await until('a timed-out attempt', async () => ((await view(json(hang).job_id))?.deliveries.length >= 1 ? view(json(hang).job_id) : undefined));
     expect(t.deliveries[0]).toMatchObject({ status: null, ok: false });
     expect(t.deliveries[0].error).toMatch(/timed out|timeout/i);
+  });
+
+  it('every delivery this file received verifies with its account\'s secret (Standard Webhooks, `standardwebhooks`)', async () => {
+    expect(received.length).toBeGreaterThan(10);
+    for (const r of received) {
+      const apiKey = keys.get(r.path.split('/')[2]!);
+      expect(apiKey, r.path).toBeDefined();
+      const secret = json(await h.request({ method: 'GET', url: '/webhooks/secret', headers: auth(apiKey!) })).secret as string;
+      expect(verifies(secret, r), r.path).toBe(true);
+    }
   });
 });
