@@ -4,6 +4,7 @@ import { ensureDatabase, openPool, redactUrl, sql } from './db/pool.js';
 import { migrate } from './db/migrate.js';
 import { Redis as SingleRedis } from 'ioredis';
 import { connectRedis, parseClusterUrl } from './queue/redis.js';
+import { checkMemoryPolicy } from './queue/memory-policy.js';
 import { EmbeddedError, isProduction, localSealingKeys, missingInProduction, productionRefusal, startEmbedded, stopEmbedded } from './ops/embedded.js';
 
 export function makeLogger(config: Config): Logger {
@@ -73,6 +74,8 @@ export async function checkServices(config: Config, log?: Logger): Promise<void>
   try {
     await redis.connect();
     await redis.ping();
+    // The queues' Redis must not evict (BullMQ) and should have a memory limit: a warning line each otherwise.
+    if (log) await checkMemoryPolicy(redis, log);
   } catch {
     redis.disconnect();
     const notCluster = await clusterDisabledNode(config.REDIS_URL);

@@ -7,6 +7,7 @@ import { connectCommandRedis, connectRedis, type Redis } from './queue/redis.js'
 import { JobQueues } from './queue/queues.js';
 import { CompletionDispatcher } from './queue/dispatcher.js';
 import { JobRecords } from './queue/job-records.js';
+import { resultRefs } from './queue/result-refs.js';
 import { decodeFailure } from './queue/failure.js';
 import { WorkerPool } from './queue/worker-pool.js';
 import { JobEventLog } from './queue/job-events.js';
@@ -85,6 +86,9 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   const metrics = new Metrics();
   const settler = new Settler(settlePool, credits, log, config.SETTLE_BATCH_MS, config.SETTLE_BATCH_MAX, config.RESULT_MAX_BYTES, metrics);
   const results = new ResultsStore(pool, { days: config.JOB_RESULT_DAYS, redis, prefix: config.REDIS_PREFIX, log });
+  // Large answers are held once (job_results, or an x402 call's job record), BullMQ keeps a reference to them.
+  const refs = resultRefs(results, records);
+  queues.refs = records.refs = refs;
   // Threads for CPU work on caller input (src/sandbox/pool.ts). A process running workers starts one
   // with its isolated tools' modules loaded, so the first call does not wait for them; the rest start on use.
   const sandbox = new SandboxPool(config, log, { preload: isolatedModules(opts.workerFamilies) });
@@ -117,7 +121,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   if (opts.workerFamilies.length) {
     // The event log keeps progress for SSE replay (GET /jobs/{id}/events, src/queue/job-events.ts).
     const events = new JobEventLog(redis, config.REDIS_PREFIX);
-    const workers = new WorkerPool({ config, log, runner, records, events, slots, metrics }, opts.workerFamilies);
+    const workers = new WorkerPool({ config, log, runner, records, events, slots, metrics, refs }, opts.workerFamilies);
     await workers.start();
     c.workers = workers;
     // Workers close first (finish their jobs), then the settler drains, then connections.
@@ -161,7 +165,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
           createdAt: job.timestamp, holdId: null, ...(d.callbackUrl ? { callbackUrl: d.callbackUrl } : {}),
         });
       }
-    });
+    }, refs);
     await dispatcher.start();
     const auth = new KeyAuthenticator(accounts, config.KEY_CACHE_SECONDS * 1000, config.REDIS_PREFIX);
     const sub = connectRedis(config.REDIS_URL);

@@ -22,6 +22,8 @@ export interface Settlement {
   costCents: number;
   /** completed: the tool's result; failed: the error ({code, message, details?}). */
   result: unknown;
+  /** `result` as JSON, when the caller has it already (the runner measures every answer): not serialised again. */
+  resultJson?: string;
   sandbox: boolean;
   agentName: string | null;
   usage: Record<string, number> | null;
@@ -243,7 +245,7 @@ export class Settler {
   /** The batch as the statement's JSON argument; each result is serialised once, here. */
   private batchJson(entries: Settlement[]): string {
     const parts = entries.map((s) => {
-      let result = JSON.stringify(s.result) ?? 'null';
+      let result = s.resultJson ?? JSON.stringify(s.result) ?? 'null';
       let truncated = false;
       if (result.length > this.resultMaxBytes || (result.length * 3 > this.resultMaxBytes && Buffer.byteLength(result) > this.resultMaxBytes)) {
         // Over RESULT_MAX_BYTES: the start of its JSON text, as a string.

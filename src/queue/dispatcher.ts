@@ -1,13 +1,14 @@
 import { QueueEvents } from 'bullmq';
 import type { Logger } from 'pino';
 import { FAMILIES, type Config, type Family } from '../config.js';
-import type { AppError } from '../errors.js';
+import { AppError, isAppError } from '../errors.js';
 import type { CallResult } from '../services/runner.js';
 import { decodeFailure, isOwnFailure } from './failure.js';
 import { familyOfJob, queueName } from './queues.js';
 import { connectRedis, type Redis } from './redis.js';
 import { queuePrefix } from './keyspace.js';
 import { cancelChannel, cancelledError } from '../calls/cancel.js';
+import { isResultRef, type ResultRefs } from './result-refs.js';
 
 export type JobEvent =
   | { type: 'progress'; jobId: string; data: unknown }
@@ -39,6 +40,11 @@ export class CompletionDispatcher {
     private readonly log: Logger,
     /** Called when a job fails outside the worker's own handling (e.g. stalled too often). */
     private readonly onForeignFailure: (jobId: string) => Promise<void> = async () => {},
+    /**
+     * Resolves a completed job's reference to its stored answer (src/queue/result-refs.ts): the event
+     * stream carries large answers as references, read back only for a job someone here waits on.
+     */
+    private readonly refs: ResultRefs | null = null,
   ) {}
 
   async start(): Promise<void> {
@@ -54,9 +60,22 @@ export class CompletionDispatcher {
           connection: base,
           prefix: queuePrefix(this.config.REDIS_PREFIX),
         });
-        qe.on('completed', ({ jobId, returnvalue }) =>
-          this.emit({ type: 'completed', jobId, value: returnvalue as unknown as CallResult }),
-        );
+        qe.on('completed', ({ jobId, returnvalue }) => {
+          if (!isResultRef(returnvalue)) return this.emit({ type: 'completed', jobId, value: returnvalue as unknown as CallResult });
+          // Nobody here waits on it: nothing to read.
+          if (!this.listeners.has(jobId) || !this.refs) return;
+          this.refs.resolve(jobId, returnvalue).then(
+            (value) => this.emit({ type: 'completed', jobId, value }),
+            (err: unknown) => {
+              this.log.warn({ err: (err as Error).message, jobId }, 'reading a stored answer failed');
+              this.emit({
+                type: 'failed',
+                jobId,
+                error: isAppError(err) ? err : new AppError('service_unavailable', 'The call finished but its answer could not be read now; GET /jobs/{id} has it', {}, { retryable: true }),
+              });
+            },
+          );
+        });
         qe.on('failed', ({ jobId, failedReason }) => {
           this.emit({ type: 'failed', jobId, error: decodeFailure(failedReason) });
           if (!isOwnFailure(failedReason)) {

@@ -1,6 +1,7 @@
 import type { SerializedError } from '../errors.js';
 import type { CallResult } from '../services/runner.js';
 import type { Redis } from './redis.js';
+import { isResultRef, type JobReturn, type ResultRefs } from './result-refs.js';
 
 /**
  * What a worker records about a job while it runs, so a Server-Sent Events client that connects late
@@ -12,6 +13,9 @@ export type LoggedEvent =
   /** A flow step finished (chain and parallel requests only). */
   | { type: 'step'; job: string; outcome: 'completed'; value: CallResult }
   | { type: 'step'; job: string; outcome: 'failed'; error: SerializedError };
+
+/** An event as appended: a completed step's value may be a reference (src/queue/result-refs.ts), resolved on read. */
+export type AppendedEvent = Exclude<LoggedEvent, { outcome: 'completed' }> | { type: 'step'; job: string; outcome: 'completed'; value: JobReturn };
 
 export interface StoredEvent {
   /** Redis stream entry id ("<ms>-<seq>"): ordered, so it doubles as the SSE event id. */
@@ -44,6 +48,8 @@ export class JobEventLog {
   constructor(
     redis: Redis,
     private readonly prefix: string,
+    /** Resolves completed steps' references when the log is read (a reader without it gets them as written). */
+    private readonly refs: ResultRefs | null = null,
   ) {
     if (!('tgEventAppend' in redis)) redis.defineCommand('tgEventAppend', { lua: APPEND });
     this.redis = redis as Scripted;
@@ -54,7 +60,7 @@ export class JobEventLog {
     return `${this.prefix}:events:${logId}`;
   }
 
-  append(logId: string, event: LoggedEvent): Promise<string> {
+  append(logId: string, event: AppendedEvent): Promise<string> {
     return this.redis.tgEventAppend(1, this.key(logId), MAX_ENTRIES, TTL_SECONDS, JSON.stringify(event));
   }
 
@@ -66,6 +72,16 @@ export class JobEventLog {
       const i = fields.indexOf('e');
       if (i < 0 || fields[i + 1] === undefined) continue;
       out.push({ id, event: JSON.parse(fields[i + 1]!) as LoggedEvent });
+    }
+    for (const e of out) {
+      const ev = e.event;
+      if (ev.type === 'step' && ev.outcome === 'completed' && isResultRef(ev.value) && this.refs) {
+        try {
+          e.event = { ...ev, value: await this.refs.resolve(ev.job, ev.value) };
+        } catch (err) {
+          e.event = { type: 'step', job: ev.job, outcome: 'failed', error: { code: 'not_found', message: (err as Error).message } };
+        }
+      }
     }
     return out;
   }

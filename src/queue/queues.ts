@@ -3,6 +3,7 @@ import { FlowProducer, Job, Queue, type JobsOptions, type FlowJob } from 'bullmq
 import { FAMILIES, type Config, type Family } from '../config.js';
 import type { CallJobData, CallResult } from '../services/runner.js';
 import { decodeFailure } from './failure.js';
+import type { JobReturn, ResultRefs } from './result-refs.js';
 import type { AppError } from '../errors.js';
 import type { Redis } from './redis.js';
 import { queuePrefix } from './keyspace.js';
@@ -34,6 +35,8 @@ export interface FlowStep {
 export class JobQueues {
   private readonly queues = new Map<Family, Queue>();
   private flows: FlowProducer | null = null;
+  /** Resolves a finished job's reference to its stored answer (set by the container once the results store exists). */
+  refs: ResultRefs | null = null;
 
   constructor(
     private readonly connection: Redis,
@@ -43,7 +46,15 @@ export class JobQueues {
   queue(family: Family): Queue {
     let q = this.queues.get(family);
     if (!q) {
-      q = new Queue(queueName(family), { connection: this.connection, prefix: queuePrefix(this.config.REDIS_PREFIX) });
+      // The event stream keeps QUEUE_EVENTS_MAX_LEN entries (BullMQ trims it approximately on every
+      // event, reading the length from the queue's meta hash, which opening the Queue writes). Its
+      // `completed` events carry return values, which are at most JOB_RESULT_INLINE_BYTES of result
+      // (larger answers are references: src/queue/result-refs.ts), so the stream's size is bounded.
+      q = new Queue(queueName(family), {
+        connection: this.connection,
+        prefix: queuePrefix(this.config.REDIS_PREFIX),
+        streams: { events: { maxLen: this.config.QUEUE_EVENTS_MAX_LEN } },
+      });
       this.queues.set(family, q);
     }
     return q;
@@ -53,11 +64,16 @@ export class JobQueues {
     // Jobs that carry a (sealed) edge token are deleted as soon as they finish; their outcome is kept
     // by the worker in a separate record without the token (see JobRecords).
     const ephemeral = data.edgeToken !== undefined;
+    // Other finished jobs stay JOB_REDIS_RETENTION_SECONDS (BullMQ removes them as later jobs of the
+    // queue finish), so Redis holds the last few minutes of calls, not a day's. A call made with a key
+    // is answered from job_results after that (GET /jobs/{id}, chain and parallel steps, streams); a
+    // call paid per call only ever had its synchronous answer.
+    const keep = { age: this.config.JOB_REDIS_RETENTION_SECONDS, count: 50_000 };
     return {
       attempts: this.config.JOB_ATTEMPTS,
       backoff: { type: 'exponential', delay: 250 },
-      removeOnComplete: ephemeral ? true : { age: 24 * 3600, count: 50_000 },
-      removeOnFail: ephemeral ? true : { age: 24 * 3600, count: 50_000 },
+      removeOnComplete: ephemeral ? true : keep,
+      removeOnFail: ephemeral ? true : keep,
     };
   }
 
@@ -90,10 +106,11 @@ export class JobQueues {
     };
   }
 
-  async getJob(jobId: string): Promise<Job<CallJobData, CallResult> | null> {
+  /** The BullMQ job; its `returnvalue` may be a reference (src/queue/result-refs.ts): `view` resolves it. */
+  async getJob(jobId: string): Promise<Job<CallJobData, JobReturn> | null> {
     const family = familyOfJob(jobId);
     if (!family) return null;
-    return ((await Job.fromId(this.queue(family), jobId)) as Job<CallJobData, CallResult> | undefined) ?? null;
+    return ((await Job.fromId(this.queue(family), jobId)) as Job<CallJobData, JobReturn> | undefined) ?? null;
   }
 
   /** Which of these job ids still stand for work to do: the job exists and has not finished. */
@@ -120,7 +137,7 @@ export class JobQueues {
     const job = await this.getJob(jobId);
     if (!job) return null;
     if (job.finishedOn && job.returnvalue !== null && job.returnvalue !== undefined && !job.failedReason) {
-      return { state: 'completed', data: job.data, value: job.returnvalue };
+      return { state: 'completed', data: job.data, value: await this.resolve(jobId, job.returnvalue) };
     }
     const status = await job.getState();
     // A job that finished between the read above and getState has its outcome only in a fresh read
@@ -129,9 +146,13 @@ export class JobQueues {
     return { state: 'pending', data: job.data, status, progress: job.progress };
   }
 
-  private finished(job: Job<CallJobData, CallResult>, status: 'completed' | 'failed'): JobView {
-    if (status === 'completed') return { state: 'completed', data: job.data, value: job.returnvalue };
+  private async finished(job: Job<CallJobData, JobReturn>, status: 'completed' | 'failed'): Promise<JobView> {
+    if (status === 'completed') return { state: 'completed', data: job.data, value: (await this.refs?.maybe(job.id!, job.returnvalue)) ?? (job.returnvalue as CallResult) };
     return { state: 'failed', data: job.data, error: decodeFailure(job.failedReason) };
+  }
+
+  private async resolve(jobId: string, value: JobReturn): Promise<CallResult> {
+    return this.refs ? this.refs.resolve(jobId, value) : (value as CallResult);
   }
 
   async close(): Promise<void> {

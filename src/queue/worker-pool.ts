@@ -8,13 +8,14 @@ import { connectRedis, type Redis } from './redis.js';
 import { queuePrefix } from './keyspace.js';
 import type { JobRecords } from './job-records.js';
 import type { ToolProgress } from '../tools/types.js';
-import type { JobEventLog, LoggedEvent } from './job-events.js';
+import type { AppendedEvent, JobEventLog } from './job-events.js';
 import { PARALLEL_ROOT_JOB } from './flows.js';
 import { slotOwner, type InFlightSlots } from '../access/in-flight.js';
 import { WorkerHeartbeat } from './heartbeat.js';
 import { findTool } from '../tools/index.js';
 import type { Metrics } from '../ops/metrics.js';
 import { JOB_CANCELLED, cancelChannel, cancelKey } from '../calls/cancel.js';
+import { isResultRef, refFor, type JobReturn, type ResultRefs } from './result-refs.js';
 
 /** Reason given to a finished job's signal; one shared object, so no DOMException per job. */
 const JOB_FINISHED = new Error('job finished');
@@ -98,6 +99,8 @@ export class WorkerPool {
       slots: InFlightSlots;
       /** Tool calls, run times and queue waits (src/ops/metrics.ts). */
       metrics?: Metrics;
+      /** Resolves a chain step's reference to the previous step's stored answer (src/queue/result-refs.ts). */
+      refs?: ResultRefs;
     },
     private readonly families: readonly Family[],
   ) {
@@ -116,7 +119,7 @@ export class WorkerPool {
     for (const family of this.families) {
       const concurrency = concurrencyFor(config, family);
       const fair = new FairShare(Math.max(1, Math.floor(concurrency * config.FAIR_SHARE)), concurrency);
-      const worker = new Worker<CallJobData, CallResult>(queueName(family), (job, token) => this.fairly(fair, job, token), {
+      const worker = new Worker<CallJobData, JobReturn>(queueName(family), (job, token) => this.fairly(fair, job, token), {
         connection: connectRedis(config.REDIS_URL),
         prefix: queuePrefix(config.REDIS_PREFIX),
         concurrency,
@@ -134,7 +137,7 @@ export class WorkerPool {
   }
 
   /** Runs the job if its owner is within its fair share of this family's workers, else offers it later. */
-  private async fairly(fair: FairShare, job: Job<CallJobData, CallResult>, token: string | undefined): Promise<CallResult> {
+  private async fairly(fair: FairShare, job: Job<CallJobData, JobReturn>, token: string | undefined): Promise<JobReturn> {
     const owner = job.name === PARALLEL_ROOT_JOB ? null : slotOwner(job.data);
     if (!owner) return this.process(job);
     if (!fair.tryStart(owner, job.id!)) {
@@ -148,13 +151,13 @@ export class WorkerPool {
     }
   }
 
-  private async process(job: Job<CallJobData, CallResult>): Promise<CallResult> {
+  private async process(job: Job<CallJobData, JobReturn>): Promise<JobReturn> {
     // A parallel request's root only gathers its children, which have all finished by now; the API
     // reads their outcomes (src/services/protocol.ts). Nothing runs and nothing is charged.
     if (job.name === PARALLEL_ROOT_JOB) return { result: null, cost_cents: 0, remaining_credits: null };
     const logId = job.data.eventLog ?? job.id!;
     // Best effort: a lost replay entry must not fail (and so re-run) a call that worked.
-    const logEvent = async (e: LoggedEvent) =>
+    const logEvent = async (e: AppendedEvent) =>
       this.deps.events?.append(logId, e).catch((err: Error) => this.deps.log.warn({ err: err.message, job: job.id }, 'event log write failed'));
     const abort = new AbortController();
     const ephemeral = job.data.edgeToken !== undefined;
@@ -187,15 +190,19 @@ export class WorkerPool {
           await this.deps.onProgress?.(job.id!, p);
         },
         previousOutput: async () => {
-          const values = await job.getChildrenValues<CallResult>();
-          const first = Object.values(values)[0];
-          return first?.result;
+          const values = await job.getChildrenValues<JobReturn>();
+          const [key, first] = Object.entries(values)[0] ?? [];
+          if (!isResultRef(first)) return first?.result;
+          // The previous step's answer was large: job_results (or its record) holds it. Keys read `<prefix>:<queue>:<id>`.
+          if (!this.deps.refs) throw new Error('a chain step needs refs to read the previous step\'s stored answer');
+          return (await this.deps.refs.resolve(key!.slice(key!.lastIndexOf(':') + 1), first)).result;
         },
       };
-      const value = await this.deps.runner.run(job.data, run);
+      const full = await this.deps.runner.run(job.data, run);
       finished('ok');
       // The call is settled and answered now: a failure below must not fail (and re-run) it.
-      if (ephemeral) {
+      const value = await this.compact(job, run, full);
+      if (ephemeral && !(isResultRef(value) && value.stored === 'job_record')) {
         await this.deps.records
           .put(job.id!, { state: 'completed', value, ...record })
           .catch((err: Error) => this.deps.log.warn({ err: err.message, job: job.id }, 'job record write failed'));
@@ -211,6 +218,8 @@ export class WorkerPool {
         await this.releaseSlots(job.data, [job.id!, ...(job.data.laterSteps ?? [])]);
         if (ephemeral) await this.deps.records.put(job.id!, { state: 'failed', error: e.error.toJSON(), ...record });
         if (job.data.eventLog) await logEvent({ type: 'step', job: job.id!, outcome: 'failed', error: e.error.toJSON() });
+        // A failed job keeps its error, not the caller's input (retries, which need it, are over).
+        if (!ephemeral) await this.dropInput(job);
         throw new UnrecoverableError(encodeFailure(e.error));
       }
       throw new Error(encodeFailure(e.error));
@@ -218,6 +227,33 @@ export class WorkerPool {
       this.running.delete(job.id!);
       abort.abort(JOB_FINISHED);
     }
+  }
+
+  /**
+   * What the job returns to BullMQ, which keeps it in the job's hash and copies it into the queue's
+   * event stream: the answer itself when its result is at most JOB_RESULT_INLINE_BYTES, else a
+   * reference (src/queue/result-refs.ts) to job_results (a call made with a key, stored whole there)
+   * or, for a call paid per call, to its job record kept for JOB_REDIS_RETENTION_SECONDS.
+   */
+  private async compact(job: Job<CallJobData, JobReturn>, run: JobRun, value: CallResult): Promise<JobReturn> {
+    const { config } = this.deps;
+    const bytes = run.resultBytes;
+    if (bytes === undefined || bytes <= config.JOB_RESULT_INLINE_BYTES || !this.deps.refs) return value;
+    const data = job.data;
+    if (data.accountId !== null && data.payer === null) return run.storedWhole ? refFor('job_results', value, bytes) : value;
+    try {
+      await this.deps.records.put(job.id!, { state: 'completed', value, keyId: data.keyId, accountId: data.accountId }, config.JOB_REDIS_RETENTION_SECONDS);
+      return refFor('job_record', value, bytes);
+    } catch (err) {
+      this.deps.log.warn({ err: (err as Error).message, job: job.id }, 'job record write failed; the answer stays in the job');
+      return value;
+    }
+  }
+
+  /** Replaces a failed job's input by nothing (best effort: the job is removed after JOB_REDIS_RETENTION_SECONDS anyway). */
+  private async dropInput(job: Job<CallJobData, JobReturn>): Promise<void> {
+    const { input: _input, ...rest } = job.data;
+    await job.updateData({ ...rest, input: {}, inputDropped: true }).catch((err: Error) => this.deps.log.warn({ err: err.message, job: job.id }, 'dropping a failed job\'s input failed'));
   }
 
   private async releaseSlots(data: CallJobData, jobIds: string[]): Promise<void> {

@@ -35,8 +35,9 @@ export function protocolServices(container: Container): ProtocolServices {
       credits,
       accounts,
       ...(container.webhooks ? { webhooks: container.webhooks } : {}),
+      results: container.results,
     });
-    const follower = new JobFollower({ dispatcher: api.dispatcher, events: new JobEventLog(redis, config.REDIS_PREFIX), protocol });
+    const follower = new JobFollower({ dispatcher: api.dispatcher, events: new JobEventLog(redis, config.REDIS_PREFIX, queues.refs), protocol });
     s = { protocol, follower, open: new Set() };
     byContainer.set(container, s);
   }

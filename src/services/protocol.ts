@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { ownsJob } from '../access/keys.js';
 import type { Config } from '../config.js';
-import { AppError } from '../errors.js';
+import { AppError, type SerializedError } from '../errors.js';
 import { assertNeedsMet, findTool, getTool, qInput } from '../tools/index.js';
 import type { AnyTool } from '../tools/types.js';
 import type { AccountsRepo } from '../db/accounts-repo.js';
@@ -16,6 +16,8 @@ import { assertEdgeToken } from './edge-token.js';
 import type { CallJobData, CallResult } from './runner.js';
 import { invalidInput } from './validation.js';
 import type { Webhooks } from '../calls/webhooks.js';
+import type { ResultsStore } from '../money/results.js';
+import { storedAnswer } from '../queue/result-refs.js';
 
 /**
  * The root protocol (POST /): `direct` and `stream` run one tool with `q` in the field it declares;
@@ -188,6 +190,11 @@ export class ProtocolService {
       accounts: AccountsRepo;
       /** Watches chain and parallel requests with a Callback-Url until they end (src/calls/webhooks.ts). */
       webhooks?: Pick<Webhooks, 'watch'>;
+      /**
+       * Stored answers (job_results): a step of a request made with a key, once Redis no longer holds
+       * its job (finished jobs stay JOB_REDIS_RETENTION_SECONDS).
+       */
+      results?: Pick<ResultsStore, 'get'>;
     },
   ) {}
 
@@ -259,7 +266,9 @@ export class ProtocolService {
       return { kind: 'flow', flow };
     }
     const view = await this.deps.queues.view(jobId).catch(() => null);
-    const owner = view ? view.data.keyId : ((await this.deps.records.get(jobId))?.keyId ?? null);
+    const owner = view
+      ? view.data.keyId
+      : ((await this.deps.records.raw(jobId))?.keyId ?? (await this.deps.results?.get(jobId))?.keyId ?? null);
     if (!ownsJob(caller, owner)) throw notFound;
     return { kind: 'job', jobId, logId: view?.data.eventLog ?? jobId };
   }
@@ -428,6 +437,10 @@ export class ProtocolService {
     const rec = await this.deps.records.get(jobId);
     if (rec?.state === 'completed' && rec.value) return { state: 'completed', value: rec.value };
     if (rec?.state === 'failed' && rec.error) return { state: 'failed', error: AppError.fromJSON(rec.error) };
+    // Redis no longer holds the job (finished jobs stay JOB_REDIS_RETENTION_SECONDS): a step made with a key has its outcome in job_results.
+    const stored = await this.deps.results?.get(jobId);
+    if (stored?.status === 'completed') return { state: 'completed', value: storedAnswer(stored) };
+    if (stored) return { state: 'failed', error: AppError.fromJSON(stored.body as unknown as SerializedError) };
     return { state: 'missing' };
   }
 

@@ -69,8 +69,67 @@ export const BatchResultSchema = z.object({ items: z.array(Item) });
 type Item = z.infer<typeof Item>;
 type ItemResult = Extract<Item, { ok: true }>['result'];
 
-async function readOne(ctx: ToolContext, robots: Robots, url: string, mode: 'text' | 'scrape' | 'meta', fields: Record<string, FieldSpec>): Promise<ItemResult> {
-  if (mode === 'scrape') return { kind: 'scrape', ...(await scrapePage(ctx, robots, url, fields, { textMax: ITEM_TEXT_CHARS, linksMax: ITEM_LINKS, maxResultBytes: ITEM_SCRAPE_BYTES })) };
+/** Room kept in the answer besides its items ({"items":[...]}). */
+const ANSWER_OVERHEAD = 1_024;
+
+/** The longest start of `text` whose JSON string takes at most `maxBytes` bytes (never splitting a surrogate pair). */
+function cutToJsonBytes(text: string, maxBytes: number): string {
+  const fits = (n: number) => Buffer.byteLength(JSON.stringify(text.slice(0, n))) <= maxBytes;
+  let lo = 0;
+  let hi = text.length;
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  const code = text.charCodeAt(lo - 1);
+  return text.slice(0, code >= 0xd800 && code <= 0xdbff ? lo - 1 : lo);
+}
+
+/**
+ * Holds the answer to `budget` JSON bytes (the service refuses a larger one): when the items take more,
+ * the longest text items are cut to a common length (each one's text ends earlier, `truncated: true`),
+ * so short pages stay whole. Scrape items got their share of the budget beforehand.
+ */
+export function fitItems(items: Item[], budget: number): void {
+  const sizes = items.map((i) => Buffer.byteLength(JSON.stringify(i)) + 1);
+  const total = sizes.reduce((a, b) => a + b, 0);
+  if (total <= budget) return;
+  const cuttable = items.flatMap((it, i) => (it.ok && it.result.kind === 'text' ? [i] : []));
+  if (!cuttable.length) return;
+  let room = budget - (total - cuttable.reduce((a, i) => a + sizes[i]!, 0));
+  // The level every text item is cut down to: the cuttable sizes up to it sum to the room left.
+  const asc = cuttable.map((i) => sizes[i]!).sort((a, b) => a - b);
+  let level = 0;
+  for (let k = 0; k < asc.length; k++) {
+    const share = Math.floor(room / (asc.length - k));
+    if (asc[k]! <= share) {
+      room -= asc[k]!;
+      level = asc[k]!;
+    } else {
+      level = Math.max(0, share);
+      break;
+    }
+  }
+  for (const i of cuttable) {
+    const excess = sizes[i]! - level;
+    if (excess <= 0) continue;
+    const r = (items[i] as Extract<Item, { ok: true }>).result as Extract<ItemResult, { kind: 'text' }>;
+    const textBytes = Buffer.byteLength(JSON.stringify(r.text));
+    r.text = cutToJsonBytes(r.text, Math.max(0, textBytes - excess - 16));
+    r.truncated = true;
+  }
+}
+
+async function readOne(
+  ctx: ToolContext,
+  robots: Robots,
+  url: string,
+  mode: 'text' | 'scrape' | 'meta',
+  fields: Record<string, FieldSpec>,
+  scrapeBytes: number,
+): Promise<ItemResult> {
+  if (mode === 'scrape') return { kind: 'scrape', ...(await scrapePage(ctx, robots, url, fields, { textMax: ITEM_TEXT_CHARS, linksMax: ITEM_LINKS, maxResultBytes: scrapeBytes })) };
   const res = await fetchPage(ctx, robots, url, { requireHtml: mode === 'meta' });
   if (mode === 'meta') {
     const m = await runTask(ctx, 'page_meta', { body: res.body, baseUrl: res.final_url, headerCharset: res.charset });
@@ -102,6 +161,9 @@ async function batch(input: z.output<typeof Input>, ctx: ToolContext): Promise<{
   const robots = createRobots(ctx, TOOL);
   const n = input.urls.length;
   const items: Item[] = new Array<Item>(n);
+  // The whole answer is held to TOOL_MAX_RESULT_BYTES: a scrape item gets its share of it at most.
+  const budget = ctx.config.TOOL_MAX_RESULT_BYTES - ANSWER_OVERHEAD;
+  const scrapeBytes = Math.max(1_024, Math.min(ITEM_SCRAPE_BYTES, Math.floor(budget / n) - 256));
   let next = 0;
   let done = 0;
   await ctx.progress({ stage: 'fetching', done: 0, total: n, unit: 'urls' });
@@ -110,7 +172,7 @@ async function batch(input: z.output<typeof Input>, ctx: ToolContext): Promise<{
       const i = next++;
       const url = input.urls[i]!;
       try {
-        items[i] = { url, ok: true, result: await readOne(ctx, robots, url, input.mode, input.fields ?? {}) };
+        items[i] = { url, ok: true, result: await readOne(ctx, robots, url, input.mode, input.fields ?? {}, scrapeBytes) };
       } catch (e) {
         if (ctx.signal.aborted) throw e;
         items[i] = { url, ok: false, error: itemError(e) };
@@ -120,6 +182,7 @@ async function batch(input: z.output<typeof Input>, ctx: ToolContext): Promise<{
     }
   };
   await Promise.all(Array.from({ length: Math.min(input.concurrency, n) }, worker));
+  fitItems(items, budget);
   return { items };
 }
 
@@ -143,7 +206,8 @@ export const grabrBatch = defineTool({
     '{items: [{url, ok: true, result} | {url, ok: false, error: {code, message}}]} in input order; result by mode: ' +
     'text {kind, final_url, status, content_type, title, text, truncated}, meta {kind, final_url, status, title, description, canonical, lang, og, jsonld_types, links_count, truncated}, ' +
     `scrape {kind, ...grabr_scrape's result}; at most ${MAX_BATCH_URLS} URLs, ${ITEM_TEXT_CHARS.toLocaleString('en')} characters of text and ${ITEM_LINKS} links per item, ` +
-    `a scrape item at most ${ITEM_SCRAPE_BYTES.toLocaleString('en')} JSON bytes (cut like grabr_scrape's answer)`,
+    `a scrape item at most ${ITEM_SCRAPE_BYTES.toLocaleString('en')} JSON bytes (cut like grabr_scrape's answer); ` +
+    'the whole answer stays within the size limit on answers (TOOL_MAX_RESULT_BYTES, 1 MB by default): a scrape item gets its share of it, and the longest texts are cut to fit (truncated: true)',
   outputSchema: BatchResultSchema,
   limits: { timeMs: 10_000, memoryMb: 384 },
   handler: async (input, ctx) => batch(input, ctx),
