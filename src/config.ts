@@ -297,6 +297,8 @@ export const ConfigSchema = z
     SIGNUP_ENABLED: bool.default('false'),
     /** Sign-ups per client address per hour before 429. */
     SIGNUP_PER_HOUR: int(5, 1, 1_000_000),
+    /** GET /subscribe requests per client address per minute before 429 (partner codes cannot be tried faster). */
+    SUBSCRIBE_PER_MINUTE: int(30, 1, 1_000_000),
     /** Percent of each payment by a referred account its partner earns (floored to whole cents). */
     PARTNER_SHARE_PCT: int(20, 0, 100),
   })

@@ -51,8 +51,6 @@ export const ERROR_STATUS = {
   key_not_active: 409,
   /** POST /credits/topup while x402 (with a settlement that moves money now) is not configured. */
   topup_unavailable: 503,
-  /** POST /signup with an email that already has an account. */
-  email_taken: 409,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

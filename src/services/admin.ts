@@ -103,25 +103,16 @@ export class AdminService {
 
   /**
    * Self-service sign-up (POST /signup): a free account with a production key (shown once), its
-   * email and its referral. Serialised per email by an advisory lock, so one email gets one account.
+   * email and its referral. Each sign-up is a new account (see below).
    */
   async signUp(email: string, partnerId: string | null, clientAddress: string | null) {
     const pool = this.requirePool('signUp');
-    const lockKey = 'tollgate:signup:' + email.toLowerCase();
-    return pool.connect(async (conn) => {
-      await conn.query(sql.unsafe`SELECT pg_advisory_lock(hashtext(${lockKey}))`);
-      try {
-        const taken = await conn.maybeOneFirst(sql.type(z.object({ account_id: z.string() }))`
-          SELECT account_id FROM signups WHERE lower(email) = lower(${email})`);
-        if (taken) throw new AppError('email_taken', 'An account with this email already exists. Its key was shown once at sign-up; ask the operator for a new one.');
-        const r = await this.createAccount('free', 0, email);
-        await conn.query(sql.unsafe`
-          INSERT INTO signups (account_id, email, partner_id, client_address) VALUES (${r.account_id}, ${email}, ${partnerId}, ${clientAddress})`);
-        return r;
-      } finally {
-        await conn.query(sql.unsafe`SELECT pg_advisory_unlock(hashtext(${lockKey}))`).catch(() => {});
-      }
-    });
+    // No check that the email is new: saying so would tell anyone which emails have accounts
+    // (issue 26). The email is an unverified contact; several accounts may give the same one.
+    const r = await this.createAccount('free', 0, email);
+    await pool.query(sql.unsafe`
+      INSERT INTO signups (account_id, email, partner_id, client_address) VALUES (${r.account_id}, ${email}, ${partnerId}, ${clientAddress})`);
+    return r;
   }
 
   private requirePool(what: string): DatabasePool {

@@ -547,7 +547,7 @@ function components(config: Config): Json {
           signup: { type: 'object', properties: { enabled: { type: 'boolean' }, how: { type: 'string' }, example: { type: 'string' } } },
           attribution: {
             type: ['object', 'null'],
-            properties: { code: { type: 'string' }, known: { type: 'boolean' }, partner: { type: 'string' }, message: { type: 'string' } },
+            properties: { code: { type: 'string' }, known: { type: 'boolean' }, message: { type: 'string' } },
           },
           topup: { type: 'string' },
         },
@@ -919,11 +919,12 @@ export function openApiDocument(base: string, config: Config): Json {
           '/subscribe',
           {
             '200': {
-              description: 'The plans and how to sign up (HTML unless Accept asks for application/json). An unknown code still answers 200, saying so.',
+              description: 'The plans and how to sign up (HTML unless Accept asks for application/json). A known code is said to be recorded, without naming its partner; an unknown code still answers 200, saying so.',
               headers: REQUEST_ID_HEADER,
               content: { 'text/html': { schema: { type: 'string' } }, ...json(ref('schemas', 'SubscribePage')) },
             },
             '400': ref('responses', 'BadRequest'),
+            '429': ref('responses', 'TooManyRequests'),
           },
           { security: [], parameters: [{ name: 'attribution_code', in: 'query', required: false, schema: { type: 'string', maxLength: 100 }, description: 'A partner\u2019s code.' }] },
         ),
@@ -933,12 +934,12 @@ export function openApiDocument(base: string, config: Config): Json {
           operationId: 'signUp',
           tags: ['Account'],
           summary: ENDPOINTS['POST /signup'],
-          description: 'Creates a free account with its production key (shown once), recording the partner referral. Only with SIGNUP_ENABLED (else 404); limited per client address (SIGNUP_PER_HOUR, 429 with Retry-After).',
+          description: 'Creates a free account with its production key (shown once), recording the partner referral. Every sign-up is a new account: an email used before is not refused, so the answer tells nothing about other accounts. Only with SIGNUP_ENABLED (else 404); limited per client address (SIGNUP_PER_HOUR, 429 with Retry-After).',
           security: [],
           requestBody: { required: true, content: json(ref('schemas', 'SignupRequest')) },
           responses: {
             '201': ok('The new account and its key.', ref('schemas', 'Signup'), { auth: false }),
-            ...Object.fromEntries(Object.entries(errors('400', '404', '409')).filter(([s]) => s !== '401')),
+            ...Object.fromEntries(Object.entries(errors('400', '404')).filter(([s]) => s !== '401')),
           },
         },
       },
