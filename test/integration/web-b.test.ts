@@ -368,15 +368,32 @@ describe('grabr_sitemap', () => {
     expect(result.truncated).toBe(true);
   }, 30_000);
 
-  it('all 50,000 URLs come back when max_urls allows (the pool answers in chunks)', async () => {
-    const res = await h.call('grabr_sitemap', { url: site.url('/big/sitemap.xml'), max_urls: 50_000 }, key);
-    expect(res.statusCode, res.body).toBe(200);
-    const { result } = json(res);
-    expect(result.urls).toHaveLength(50_000);
-    expect(new Set(result.urls.map((u: any) => u.loc)).size).toBe(50_000);
-    expect(result.urls[49_999].loc).toBe(site.url('/item/49999'));
-    expect(result.truncated).toBe(false);
-  }, 60_000);
+  it('all 50,000 URLs come back when max_urls allows, in pages within TOOL_MAX_RESULT_BYTES (offset, next_offset)', async () => {
+    const seen = new Set<string>();
+    let offset = 0;
+    let pages = 0;
+    for (;;) {
+      const res = await h.call('grabr_sitemap', { url: site.url('/big/sitemap.xml'), max_urls: 50_000, offset }, key);
+      expect(res.statusCode, res.body.slice(0, 300)).toBe(200);
+      const { result } = json(res);
+      validates('grabr_sitemap', result);
+      expect(Buffer.byteLength(JSON.stringify(result))).toBeLessThanOrEqual(h.config.TOOL_MAX_RESULT_BYTES);
+      expect(result.total).toBe(50_000);
+      expect(result.urls[0].loc).toBe(site.url(`/item/${offset}`));
+      for (const u of result.urls) seen.add(u.loc);
+      pages++;
+      if (result.next_offset === null) {
+        expect(result.truncated).toBe(false);
+        break;
+      }
+      expect(result.truncated).toBe(true);
+      expect(result.next_offset).toBe(offset + result.urls.length);
+      offset = result.next_offset;
+    }
+    expect(pages).toBeGreaterThan(1);
+    expect(seen.size).toBe(50_000);
+    expect(seen.has(site.url('/item/49999'))).toBe(true);
+  }, 120_000);
 
   it('no sitemap at all is 404 not_found', async () => {
     const other = await startFixtureSite();
