@@ -179,8 +179,9 @@ export function metricsUnauthorized(): AppError {
 }
 
 /**
- * A worker process's own listener: GET /metrics (with METRICS_TOKEN as a bearer when set), 404
- * otherwise, both in the service's error envelope.
+ * A process's own metrics listener on METRICS_PORT (workers, and the API once it listens): GET
+ * /metrics (with METRICS_TOKEN as a bearer when set), 404 otherwise, both in the service's error
+ * envelope. The port is meant to stay off the public network.
  */
 export async function serveMetrics(metrics: Metrics, opts: { port: number; host: string; token: string }): Promise<Server> {
   const server = createServer((req, res) => {

@@ -16,7 +16,7 @@ export const ENDPOINTS: Record<string, string> = {
   'GET /docs/readme': 'The README as Markdown: full API documentation',
   'GET /client/tollgate-mcp.tgz': 'The stdio MCP client as an npm tarball (no key): npx -y <base>/client/tollgate-mcp.tgz, see npm',
   'GET /openapi.json': 'OpenAPI 3.1 description of every endpoint and tool',
-  'GET /metrics': 'Prometheus metrics (METRICS_TOKEN as a bearer when set)',
+  'GET /metrics': 'Prometheus metrics (METRICS_TOKEN as a bearer; 404 when the operator set none)',
   'GET /tools': 'Catalogue of every tool with its price',
   'GET /tools/{name}': "A tool's input JSON Schema, examples, price and tier",
   'POST /tools/{name}': 'Run a tool (JSON body = the tool input); Prefer: respond-async for a 202; Accept: text/event-stream for Server-Sent Events',

@@ -727,9 +727,13 @@ export function openApiDocument(base: string, config: Config): Json {
         get: {
           operationId: 'metrics',
           tags: ['Discovery'],
-          summary: 'Prometheus metrics (text format); a bearer METRICS_TOKEN when the operator sets one',
+          summary: 'Prometheus metrics (text format): needs the operator\u2019s METRICS_TOKEN as a bearer; 404 when none is set',
           security: [],
-          responses: { '200': { description: 'Prometheus text exposition.', content: { 'text/plain': { schema: { type: 'string' } } } }, '401': ref('responses', 'Unauthorized') },
+          responses: {
+            '200': { description: 'Prometheus text exposition.', content: { 'text/plain': { schema: { type: 'string' } } } },
+            '401': ref('responses', 'Unauthorized'),
+            '404': ref('responses', 'NotFound'),
+          },
         },
       },
       '/client/tollgate-mcp.tgz': {
