@@ -18,6 +18,9 @@ const CAP = 1_000_000;
 /** A long path, so 50,000 entries make a 10 MB answer as in the report. */
 const LONG = 'a'.repeat(150);
 
+/** A 10,000-character text page: its page_fetch answer is over JOB_RESULT_INLINE_BYTES (4 KiB). */
+const SENTENCES = 'The ledger settles every call once. '.repeat(300).slice(0, 10_000);
+
 let site: FixtureSite;
 let h: Harness;
 let redis: Redis;
@@ -94,7 +97,7 @@ beforeAll(async () => {
   });
   // Plain-text pages of 25,000 characters: 50 of them are more than an answer may hold.
   for (let i = 0; i < 50; i++) site.route(`/t/${i}`, { headers: { 'content-type': 'text/plain; charset=utf-8' }, body: `page ${i} `.padEnd(25_000, 'lorem ipsum ') });
-  site.route('/small.txt', { headers: { 'content-type': 'text/plain; charset=utf-8' }, body: 'x'.repeat(10_000) });
+  site.route('/small.txt', { headers: { 'content-type': 'text/plain; charset=utf-8' }, body: SENTENCES });
   // Retention short enough to be seen passing in a test.
   h = await startHarness({ FETCH_ALLOWED_HOSTS: site.hostPort, JOB_REDIS_RETENTION_SECONDS: '2', SYNC_TIMEOUT_MS: '60000', WEB_PER_HOST: '16' }, { workers: ['web', 'text'] });
   redis = connectRedis(h.config.REDIS_URL);
@@ -189,6 +192,68 @@ describe('the cap on a final answer (TOOL_MAX_RESULT_BYTES 2048)', () => {
     const status = await low.request({ method: 'GET', url: `/jobs/${jobId}`, headers: { authorization: `Bearer ${acct.apiKey}` } });
     expect(status.statusCode).toBe(400);
     expect(json(status).error.code).toBe('invalid_input');
+  }, 60_000);
+});
+
+/** The events of a finished Server-Sent Events body, in order. */
+function sseEvents(body: string): Array<{ event: string; data: any }> {
+  return body
+    .split('\n\n')
+    .filter((block) => block.includes('event: '))
+    .map((block) => {
+      const lines = block.split('\n');
+      return { event: lines.find((l) => l.startsWith('event: '))!.slice(7), data: JSON.parse(lines.find((l) => l.startsWith('data: '))!.slice(6)) };
+    });
+}
+
+describe('a large answer is stored once, and every reader gets it whole', () => {
+  it('direct call, GET /jobs/{id}, a chain step feeding the next, its event replay, and both after Redis forgot the jobs', async () => {
+    const acct = await h.account('enterprise', 1000);
+    const auth = { authorization: `Bearer ${acct.apiKey}` };
+    const prefix = h.config.REDIS_PREFIX;
+    const res = await h.call('page_fetch', { url: site.url('/small.txt') }, acct.apiKey);
+    expect(res.statusCode, res.body.slice(0, 300)).toBe(200);
+    const body = json(res);
+    expect(body.result.text).toBe(SENTENCES.trim());
+    const jobId = res.headers['x-job-id'] as string;
+    // BullMQ holds a reference, not the answer: in the job and in the queue's event stream.
+    const job = await h.container.queues.getJob(jobId);
+    expect(job?.returnvalue).toMatchObject({ stored: 'job_results', cost_cents: 0 });
+    const stream = JSON.stringify(await (redis as import('ioredis').Redis).xrange(`{${prefix}}:tools-web:events`, '-', '+'));
+    expect(stream).toContain(jobId);
+    expect(stream).not.toContain(SENTENCES.slice(0, 500));
+    const status = await h.request({ method: 'GET', url: `/jobs/${jobId}`, headers: auth });
+    expect(status.statusCode).toBe(200);
+    expect(json(status)).toEqual({ job_id: jobId, status: 'completed', ...body });
+
+    // A chain: page_fetch's large answer is the next step's q (read back from job_results by the worker).
+    const chain = await h.request({ method: 'POST', url: '/', headers: { ...auth, 'content-type': 'application/json' }, payload: { chain: ['page_fetch', 'beacon_compress'], q: site.url('/small.txt') } });
+    expect(chain.statusCode, chain.body.slice(0, 300)).toBe(200);
+    const chained = json(chain);
+    expect(chained.steps[0].result.text).toBe(SENTENCES.trim());
+    expect(chained.steps[1].result.tokens_before).toBeGreaterThan(1_000);
+    expect(chained.cost_cents).toBe(2);
+    const rootId = chain.headers['x-job-id'] as string;
+    // Its event log holds references too; a replay gets the whole step.
+    const replay = await h.request({ method: 'GET', url: `/jobs/${rootId}/events`, headers: { ...auth, accept: 'text/event-stream' } });
+    const steps = sseEvents(replay.body).filter((e) => e.event === 'step');
+    expect(steps.map((e) => e.data.index)).toEqual([0, 1]);
+    expect(steps[0]!.data.result.text).toBe(SENTENCES.trim());
+    expect(sseEvents(replay.body).find((e) => e.event === 'result')?.data).toEqual(chained);
+
+    // Past the retention the jobs leave Redis; the same bodies come from job_results.
+    await new Promise((r) => setTimeout(r, 2_500));
+    expect((await h.call('page_fetch', { url: site.url('/robots.txt') }, acct.apiKey)).statusCode).toBe(200);
+    expect((await h.call('context_extract', { transcript: 'user: TODO: one thing.' }, acct.apiKey)).statusCode).toBe(200);
+    expect(await h.container.queues.getJob(jobId)).toBeNull();
+    expect(await h.container.queues.getJob(rootId)).toBeNull();
+    const later = await h.request({ method: 'GET', url: `/jobs/${jobId}`, headers: auth });
+    expect(json(later)).toEqual({ job_id: jobId, status: 'completed', ...body });
+    const flowLater = await h.request({ method: 'GET', url: `/jobs/${rootId}`, headers: auth });
+    expect(flowLater.statusCode).toBe(200);
+    expect(json(flowLater)).toEqual({ job_id: rootId, status: 'completed', ...chained });
+    const replayLater = await h.request({ method: 'GET', url: `/jobs/${rootId}/events`, headers: { ...auth, accept: 'text/event-stream' } });
+    expect(sseEvents(replayLater.body).find((e) => e.event === 'result')?.data).toEqual(chained);
   }, 60_000);
 });
 
