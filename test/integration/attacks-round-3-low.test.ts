@@ -63,11 +63,22 @@ let h: Harness;
 let dns: FakeDnsServer;
 let site: HttpTarget;
 let archive: FakeArchive;
+/** Webhook deliveries the site received (POST /hook). */
+const hooks: string[] = [];
 
 beforeAll(async () => {
   dns = await startFakeDns({ 'internal.test': { A: [INTERNAL_ADDRESS] } });
   site = await startHttpTarget((req, res) => {
     if (req.url === '/nul') return void res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' }).end('before\u0000after');
+    if (req.url === '/hook' && req.method === 'POST') {
+      let raw = '';
+      req.on('data', (c: Buffer) => (raw += c.toString('utf8')));
+      req.on('end', () => {
+        hooks.push(raw);
+        res.writeHead(200).end();
+      });
+      return;
+    }
     res.writeHead(404).end();
   });
   // Five `..` after the capture's own host climb past /web/{timestamp}id_/https:/ and /web itself.
@@ -76,13 +87,14 @@ beforeAll(async () => {
     {
       DNS_SERVERS: dns.address,
       FETCH_ALLOWED_HOSTS: site.hostPort,
+      WEBHOOK_ALLOWED_HOSTS: site.hostPort,
       WAYBACK_CDX_URL: `${archive.origin}/cdx`,
       WAYBACK_BASE_URL: `${archive.origin}/web`,
       SIGNUP_ENABLED: 'true',
       SIGNUP_PER_HOUR: '5',
       SUBSCRIBE_PER_MINUTE: '3',
     },
-    { workers: ['core', 'web'] },
+    { workers: ['core', 'web', 'text'] },
   );
   await createPartner(h.container.pool, PARTNER_NAME, PARTNER_CODE);
 }, 60_000);
@@ -157,6 +169,23 @@ describe('issue 26, low findings', () => {
     expect(json(listed).jobs.map((j: { job_id: string }) => j.job_id)).toContain(jobId);
     expect(errorLines(from)).toEqual([]);
   });
+
+  it('(a) a chain whose result carries U+0000 is stored for its webhook and delivered, not retried forever', async () => {
+    const a = await h.account('enterprise', 1000);
+    const res = await h.request({
+      method: 'POST',
+      url: '/',
+      headers: { ...auth(a.apiKey), 'content-type': 'application/json', prefer: 'respond-async', 'callback-url': site.url('/hook') },
+      payload: { chain: ['page_fetch', 'beacon_compress'], q: site.url('/nul') },
+    });
+    expect(res.statusCode, res.body).toBe(202);
+    const rootId = json(res).job_id as string;
+    const kept = () =>
+      h.container.pool.maybeOneFirst(sql.type(z.object({ body: z.record(z.unknown()) }))`SELECT body FROM webhook_jobs WHERE job_id = ${rootId}`);
+    await waitUntil(async () => (await kept()) !== null, 20_000, 100);
+    expect(JSON.stringify(await kept())).toContain('before\uFFFDafter');
+    await waitUntil(() => hooks.some((raw) => raw.includes(rootId)), 20_000, 100);
+  }, 60_000);
 
   it('(b) a refused Callback-Url or page names the host it was given, never what the name resolves to', async () => {
     const a = await h.account('pro', 1000);
