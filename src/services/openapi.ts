@@ -203,9 +203,10 @@ function components(config: Config): Json {
         required: false,
         description:
           'https URL that gets the outcome when the job ends (completed or failed): a POST of the body GET /jobs/{id} answers, ' +
-          'signed in Tollgate-Signature (t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>"> with the secret of GET /webhooks/secret), ' +
-          'with Tollgate-Job-Id and Tollgate-Delivery-Id. Retried with exponential backoff for about 24 h until a 2xx; redirects are not followed. ' +
-          'Refused (400 invalid_input) unless https and every address of its host is public. On POST / also `callback_url`; a chain or parallel request is delivered once, when all its steps have ended.',
+          'signed as Standard Webhooks says (webhook-id, webhook-timestamp, webhook-signature: v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<raw body>"> ' +
+          'keyed with the bytes of the whsec_ secret of GET /webhooks/secret), with Tollgate-Job-Id. Retried with exponential backoff for about 24 h until a 2xx; redirects are not followed. ' +
+          'Refused (400 invalid_input) on a call that costs nothing (free tool, sandbox key) and unless https and every address of its host is public; ' +
+          '429 rate_limited while the account has WEBHOOK_MAX_PENDING deliveries outstanding. On POST / also `callback_url`; a chain or parallel request is delivered once, when all its steps have ended.',
         schema: { type: 'string', format: 'uri', maxLength: 2048 },
       },
       'X-Edge-Token': {
