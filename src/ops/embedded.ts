@@ -12,6 +12,9 @@
  * answers at its default within 500 ms, so `npm start` on a fresh machine needs no configuration; it is said in
  * one line. An explicit URL is always used as given, and production (see `isProduction`) never starts
  * anything for an unset variable: the default is used and an unreachable one stops the process.
+ *
+ * The sealing keys (EDGE_TOKEN_KEY, PASSPORT_KEY) follow the same rule (`localSealingKeys`, at the end):
+ * outside production, unset ones are generated once into the data dir and reused; production requires them.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
