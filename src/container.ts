@@ -165,6 +165,8 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
           createdAt: job.timestamp, holdId: null, ...(d.callbackUrl ? { callbackUrl: d.callbackUrl } : {}),
         });
       }
+      // A failed job keeps its error, not the caller's input (as the worker does for the failures it handles).
+      if (!job.data.inputDropped) await job.updateData({ ...job.data, input: {}, inputDropped: true }).catch(() => {});
     }, refs);
     await dispatcher.start();
     const auth = new KeyAuthenticator(accounts, config.KEY_CACHE_SECONDS * 1000, config.REDIS_PREFIX);

@@ -5,6 +5,8 @@ import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { startFixtureSite, type FixtureSite } from '../helpers/fixture-site.js';
 import { connectRedis, type Redis } from '../../src/queue/redis.js';
 import { checkMemoryPolicy } from '../../src/queue/memory-policy.js';
+import { generatePrivateKey } from 'viem/accounts';
+import { PAY_TO, signPayment, toHeader } from '../helpers/x402-sign.js';
 
 /**
  * Issue 26, point 2: bounded answers and bounded Redis. A tool's final answer is held to
@@ -254,6 +256,44 @@ describe('a large answer is stored once, and every reader gets it whole', () => 
     expect(json(flowLater)).toEqual({ job_id: rootId, status: 'completed', ...chained });
     const replayLater = await h.request({ method: 'GET', url: `/jobs/${rootId}/events`, headers: { ...auth, accept: 'text/event-stream' } });
     expect(sseEvents(replayLater.body).find((e) => e.event === 'result')?.data).toEqual(chained);
+  }, 60_000);
+});
+
+describe('a call paid per call (x402)', () => {
+  let xh: Harness;
+  beforeAll(async () => {
+    xh = await startHarness(
+      { X402_ENABLED: 'true', X402_PAY_TO: PAY_TO, X402_SETTLEMENT: 'deferred', X402_DEFERRED_MAX_CENTS: '100000', JOB_REDIS_RETENTION_SECONDS: '30' },
+      { workers: ['core'] },
+    );
+  }, 60_000);
+  afterAll(async () => {
+    await xh?.close();
+  });
+
+  it('gets its large answer whole; Redis keeps it once, under its job record for the retention time only', async () => {
+    const body = { expression: 'range(0, 3000)' };
+    const offer = await xh.call('compute', body);
+    expect(offer.statusCode).toBe(402);
+    const payment = toHeader(await signPayment(json(offer).accepts[0], { privateKey: generatePrivateKey() }));
+    const res = await xh.call('compute', body, undefined, { 'x-payment': payment });
+    expect(res.statusCode, res.body.slice(0, 300)).toBe(200);
+    const answer = json(res);
+    expect(Buffer.byteLength(JSON.stringify(answer.result))).toBeGreaterThan(xh.config.JOB_RESULT_INLINE_BYTES);
+    const jobId = res.headers['x-job-id'] as string;
+    const job = await xh.container.queues.getJob(jobId);
+    expect(job?.returnvalue).toMatchObject({ stored: 'job_record' });
+    const recKey = `${xh.config.REDIS_PREFIX}:jobrec:${jobId}`;
+    const ttl = await redis.ttl(recKey);
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(30);
+    const rec = JSON.parse((await redis.get(recKey))!);
+    expect(digest(rec.value)).toBe(digest(answer));
+    // Nowhere else: the queue's event stream carries the reference.
+    const stream = JSON.stringify(await (redis as import('ioredis').Redis).xrange(`{${xh.config.REDIS_PREFIX}}:tools-core:events`, '-', '+'));
+    expect(stream).toContain('job_record');
+    expect(JSON.stringify(answer)).toContain('2998, 2999');
+    expect(stream).not.toContain('2998, 2999');
   }, 60_000);
 });
 
