@@ -8,17 +8,28 @@ import { isCluster } from '../queue/redis.js';
 const SAMPLE = 20;
 /** SCAN rounds (COUNT 500 each) spent looking for passports, per Redis primary. */
 const SCAN_ROUNDS = 10;
+/** Each half of the check gives up after this long (a Redis or Postgres that went away since the start-up check). */
+const CHECK_MS = 5_000;
+
+function within<T>(p: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${CHECK_MS} ms`)), CHECK_MS);
+    timer.unref();
+  });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
 
 /**
  * Start-up check that this process's keys open what earlier ones sealed: the latest webhook secrets in
  * Postgres (EDGE_TOKEN_KEY) and a few passports found by a bounded SCAN of Redis (PASSPORT_KEY). A
  * key that does not open part of its sample (it changed, or an earlier start used a per-process random
  * one) is said in one warning line naming the variable and what stops working. Nothing is changed, and
- * a failure of the check itself is only logged at debug: it must never stop a start.
+ * a failure of the check itself (or no answer within CHECK_MS) is only logged at debug: it never stops a start.
  */
 export async function warnUnopenableSealed(c: Pick<Container, 'config' | 'redis' | 'webhooks'>, log: Pick<Logger, 'warn' | 'debug'>): Promise<void> {
   try {
-    const secrets = await c.webhooks?.secrets.sample(SAMPLE);
+    const secrets = c.webhooks ? await within(c.webhooks.secrets.sample(SAMPLE)) : null;
     if (secrets && secrets.unopenable > 0) {
       log.warn(
         { variable: 'EDGE_TOKEN_KEY', sampled: secrets.sampled, unopenable: secrets.unopenable },
@@ -30,7 +41,7 @@ export async function warnUnopenableSealed(c: Pick<Container, 'config' | 'redis'
     log.debug({ err: (err as Error).message }, 'sealed webhook secrets check failed');
   }
   try {
-    const passports = await samplePassports(c);
+    const passports = await within(samplePassports(c));
     if (passports.unopenable > 0) {
       log.warn(
         { variable: 'PASSPORT_KEY', sampled: passports.sampled, unopenable: passports.unopenable },
