@@ -8,6 +8,17 @@ export interface StoredResponse {
   body: unknown;
 }
 
+/**
+ * How a large answer is kept (see `run`'s `byRef`): its status and headers, and instead of its body the
+ * job whose stored answer (job_results) it is, read back with `recover` on a replay.
+ */
+interface StoredReference {
+  status: number;
+  headers: Record<string, string>;
+  body: null;
+  ref: string;
+}
+
 /** What the stored entry holds. `job_ids` is comma-joined (Lua's cjson cannot tell [] from {}). */
 interface Entry {
   state: 'running' | 'done';
@@ -17,7 +28,7 @@ interface Entry {
   /** The claim counts as abandoned (its owner died or its client left) once this time has passed. */
   lease_until?: number;
   job_ids?: string;
-  response?: StoredResponse;
+  response?: StoredResponse | StoredReference;
 }
 
 /** Records a job id in the claim before the job is queued (pass it as CallOptions.onJobId). */
@@ -141,6 +152,12 @@ export class Idempotency {
     fingerprint: string,
     exec: (track: TrackJob) => Promise<StoredResponse>,
     recover?: (jobIds: string[]) => Promise<StoredResponse | null>,
+    /**
+     * With `recover`: the job whose stored answer a response's body is, when the body is too large to
+     * keep here (the entry lives a day; the answer is in job_results already). A replay then reads the
+     * body back through `recover`. Null: kept whole.
+     */
+    byRef?: (response: StoredResponse) => string | null,
   ): Promise<StoredResponse & { replayed: boolean }> {
     if (!KEY_RE.test(idemKey)) throw new AppError('invalid_input', 'Idempotency-Key must be 1 to 255 printable ASCII characters');
     const key = this.key(scope, idemKey);
@@ -157,6 +174,12 @@ export class Idempotency {
       }
       if (entry.state === 'running' || !entry.response) {
         throw new AppError('idempotency_in_progress', 'A request with this Idempotency-Key is still running; retry shortly', { retry_after: 1 }, { headers: { 'retry-after': '1' } });
+      }
+      if ('ref' in entry.response) {
+        const { ref, ...kept } = entry.response;
+        const answer = recover ? await recover([ref]) : null;
+        if (!answer || answer.status !== kept.status) throw new AppError('not_found', `The answer of this request (job ${ref}) is no longer stored`, { job_id: ref });
+        return { ...kept, body: answer.body, replayed: true };
       }
       return { ...entry.response, replayed: true };
     }
@@ -199,7 +222,10 @@ export class Idempotency {
     }
     clearInterval(renew);
     if (response.status >= 500 || response.status === 429) await this.redis.tgIdemDrop(1, key, token);
-    else await this.store(key, fingerprint, response);
+    else {
+      const ref = recover && byRef ? byRef(response) : null;
+      await this.store(key, fingerprint, ref ? { status: response.status, headers: response.headers, body: null, ref } : response);
+    }
     return { ...response, replayed };
   }
 
@@ -207,7 +233,7 @@ export class Idempotency {
     await this.redis.tgIdemTouch(1, key, token, Date.now() + this.leaseMs, jobId);
   }
 
-  private async store(key: string, fingerprint: string, response: StoredResponse): Promise<void> {
+  private async store(key: string, fingerprint: string, response: StoredResponse | StoredReference): Promise<void> {
     await this.redis.set(key, JSON.stringify({ state: 'done', fingerprint, response } satisfies Entry), 'EX', TTL_SECONDS);
   }
 }

@@ -259,6 +259,34 @@ describe('a large answer is stored once, and every reader gets it whole', () => 
   }, 60_000);
 });
 
+describe('an Idempotency-Key keeps a reference to a large answer, not the answer', () => {
+  it('the replay answers the same body, read back from job_results; the entry stays small', async () => {
+    const acct = await h.account('enterprise', 1000);
+    const headers = { 'idempotency-key': `big-${Date.now()}` };
+    const fetched = site.requestsFor('/small.txt').length;
+    const first = await h.call('page_fetch', { url: site.url('/small.txt') }, acct.apiKey, headers);
+    expect(first.statusCode, first.body.slice(0, 300)).toBe(200);
+    const entries = (await keysOf(redis, h.config.REDIS_PREFIX)).filter((k) => k.includes(':idem:'));
+    expect(entries).toHaveLength(1);
+    const entry = (await redis.get(entries[0]!))!;
+    expect(entry.length).toBeLessThan(2_000);
+    expect(entry).not.toContain(SENTENCES.slice(0, 200));
+    const again = await h.call('page_fetch', { url: site.url('/small.txt') }, acct.apiKey, headers);
+    expect(again.statusCode).toBe(200);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.headers['x-job-id']).toBe(first.headers['x-job-id']);
+    expect(json(again)).toEqual(json(first));
+    // Nothing ran twice.
+    expect(site.requestsFor('/small.txt').length).toBe(fetched + 1);
+    // A small answer is kept whole, as before.
+    const small = { 'idempotency-key': `small-${Date.now()}` };
+    const s1 = await h.call('page_fetch', { url: site.url('/robots.txt') }, acct.apiKey, small);
+    const s2 = await h.call('page_fetch', { url: site.url('/robots.txt') }, acct.apiKey, small);
+    expect(s2.headers['idempotent-replayed']).toBe('true');
+    expect(json(s2)).toEqual(json(s1));
+  }, 60_000);
+});
+
 describe('a call paid per call (x402)', () => {
   let xh: Harness;
   beforeAll(async () => {
