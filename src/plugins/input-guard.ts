@@ -18,6 +18,10 @@ export function unsupportedCharacter(where: Array<string | number>): AppError {
   return new AppError('invalid_input', `Request is invalid: ${place} ${message}`, { reason: 'unsupported_character', issues: [{ path: where, message }] });
 }
 
+export function isUnsupportedCharacter(e: unknown): boolean {
+  return e instanceof AppError && e.code === 'invalid_input' && e.details.reason === 'unsupported_character';
+}
+
 /** The first place in a request's URL, parameters, query or headers that Postgres would refuse, or null. */
 export function refusedInRequest(req: FastifyRequest): Array<string | number> | null {
   const path = req.url.split('?')[0] ?? '';

@@ -5,6 +5,7 @@ import { AppError, isAppError } from '../errors.js';
 import { createMcpServer } from '../services/mcp-server.js';
 import { rateLimitHeaders } from '../services/rate-limit.js';
 import { isJsonTooDeep, jsonBodyParser } from '../plugins/json-body.js';
+import { isUnsupportedCharacter } from '../plugins/input-guard.js';
 import { edgeTokenHeader } from './calls.js';
 
 /** /mcp checks origins itself: the global CORS handling (src/routes/openapi.ts) skips its routes. */
@@ -14,6 +15,8 @@ const NO_GLOBAL_CORS = { config: { cors: false } } as const;
 const NOT_JSON = Symbol('not json');
 /** Marks a body nested past MAX_JSON_DEPTH: refused as an Invalid Request after authentication. */
 const TOO_DEEP = Symbol('too deep');
+/** Marks a body with U+0000 or an unpaired surrogate in a string (src/db/pg-text.ts): an Invalid Request. */
+const UNSUPPORTED = Symbol('unsupported character');
 
 function invalidRequest(reply: FastifyReply, message: string) {
   return reply.status(400).send({ jsonrpc: '2.0', id: null, error: { code: -32600, message: `Invalid Request: ${message}` } });
@@ -76,7 +79,7 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
   const parseJson = jsonBodyParser(app, config.MAX_JSON_DEPTH);
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    parseJson(req, body as string, (err, value) => done(null, err ? (isJsonTooDeep(err) ? TOO_DEEP : NOT_JSON) : value));
+    parseJson(req, body as string, (err, value) => done(null, err ? (isJsonTooDeep(err) ? TOO_DEEP : isUnsupportedCharacter(err) ? UNSUPPORTED : NOT_JSON) : value));
   });
 
   // onRequest runs before the body is read: a foreign page or a caller without a key gets nothing more.
@@ -107,6 +110,7 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
       return reply.status(400).send({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'Parse error: the body is not valid JSON' } });
     }
     if (req.body === TOO_DEEP) return invalidRequest(reply, `JSON body nests deeper than ${config.MAX_JSON_DEPTH} levels`);
+    if (req.body === UNSUPPORTED) return invalidRequest(reply, 'a string or key contains U+0000 or an unpaired UTF-16 surrogate, which this service does not accept');
     if (Array.isArray(req.body)) {
       const caller = req.caller!;
       const n = req.body.length;

@@ -143,6 +143,15 @@ describe('issue 26, low findings', () => {
     expectUnsupported(await h.call('compute', { expression: '1 + 1\u0000' }, a.apiKey));
     expectUnsupported(await h.request({ method: 'POST', url: '/tools/compute', headers: { ...auth(a.apiKey), 'content-type': 'application/json' }, payload: '{"expression":"1 + \\ud800"}' }));
     expectUnsupported(await h.request({ method: 'POST', url: '/tools/compute', headers: { ...auth(a.apiKey), 'content-type': 'application/json' }, payload: '{"expression":"1","\\u0000":1}' }));
+    // MCP answers in JSON-RPC: an Invalid Request, the tool never called.
+    const mcp = await h.request({
+      method: 'POST',
+      url: '/mcp',
+      headers: { ...auth(a.apiKey), 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-03-26' },
+      payload: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'compute', arguments: { expression: '1\u0000' } } }),
+    });
+    expect(mcp.statusCode, mcp.body).toBe(400);
+    expect(json(mcp).error).toMatchObject({ code: -32600, message: expect.stringContaining('U+0000') });
     // A surrogate pair is a character like any other, and an escaped backslash before "u0000" is text.
     expect((await h.call('compute', { expression: '"\u{1F600}"' }, a.apiKey)).statusCode).not.toBe(500);
     expect((await h.request({ method: 'GET', url: '/jobs?tool=%5Cu0000', headers: auth(a.apiKey) })).statusCode).toBe(200);
