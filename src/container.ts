@@ -10,7 +10,7 @@ import { JobRecords } from './queue/job-records.js';
 import { resultRefs } from './queue/result-refs.js';
 import { decodeFailure } from './queue/failure.js';
 import { WorkerPool } from './queue/worker-pool.js';
-import { JobEventLog } from './queue/job-events.js';
+import { JobEventLog, eventLogTtl } from './queue/job-events.js';
 import { CreditReservations } from './money/holds.js';
 import { Reconciler } from './money/reconciler.js';
 import { Settler } from './money/settlement.js';
@@ -120,7 +120,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
 
   if (opts.workerFamilies.length) {
     // The event log keeps progress for SSE replay (GET /jobs/{id}/events, src/queue/job-events.ts).
-    const events = new JobEventLog(redis, config.REDIS_PREFIX);
+    const events = new JobEventLog(redis, config.REDIS_PREFIX, refs, eventLogTtl(config.JOB_REDIS_RETENTION_SECONDS));
     const workers = new WorkerPool({ config, log, runner, records, events, slots, metrics, refs }, opts.workerFamilies);
     await workers.start();
     c.workers = workers;

@@ -25,7 +25,15 @@ export interface StoredEvent {
 
 /** Cap per log: a long model answer reports a progress event per token; older entries go first. */
 const MAX_ENTRIES = 5_000;
-const TTL_SECONDS = 24 * 3600;
+/**
+ * A log expires this long after its last event unless told otherwise: at least as long as finished jobs
+ * stay in Redis (JOB_REDIS_RETENTION_SECONDS), and never under ten minutes, so a flow whose step runs
+ * long keeps its earlier events. Past it, GET /jobs/{id}/events replays no progress, only the outcome
+ * (read from job_results).
+ */
+export function eventLogTtl(retentionSeconds: number): number {
+  return Math.max(retentionSeconds, 600);
+}
 
 // KEYS: log   ARGV: max entries, ttl seconds, entry. One script rather than MULTI: ioredis builds a
 // pipeline object per MULTI by copying every script defined on the connection (BullMQ's and ours, some
@@ -40,7 +48,7 @@ type Scripted = Redis & { tgEventAppend(keys: 1, key: string, max: number, ttl: 
 
 /**
  * One Redis stream per job, or per flow (every step of a chain or parallel request writes to its
- * root's log), capped and kept for a day like the job itself.
+ * root's log), capped, and kept a while after its last event (eventLogTtl), like the job itself.
  */
 export class JobEventLog {
   private readonly redis: Scripted;
@@ -50,6 +58,8 @@ export class JobEventLog {
     private readonly prefix: string,
     /** Resolves completed steps' references when the log is read (a reader without it gets them as written). */
     private readonly refs: ResultRefs | null = null,
+    /** Seconds a log is kept after its last event (eventLogTtl). */
+    private readonly ttlSeconds = eventLogTtl(300),
   ) {
     if (!('tgEventAppend' in redis)) redis.defineCommand('tgEventAppend', { lua: APPEND });
     this.redis = redis as Scripted;
@@ -61,7 +71,7 @@ export class JobEventLog {
   }
 
   append(logId: string, event: AppendedEvent): Promise<string> {
-    return this.redis.tgEventAppend(1, this.key(logId), MAX_ENTRIES, TTL_SECONDS, JSON.stringify(event));
+    return this.redis.tgEventAppend(1, this.key(logId), MAX_ENTRIES, this.ttlSeconds, JSON.stringify(event));
   }
 
   /** Entries after `after` (exclusive; from the start when absent), oldest first. */

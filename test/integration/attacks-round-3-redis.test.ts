@@ -242,6 +242,10 @@ describe('a large answer is stored once, and every reader gets it whole', () => 
     expect(steps.map((e) => e.data.index)).toEqual([0, 1]);
     expect(steps[0]!.data.result.text).toBe(SENTENCES.trim());
     expect(sseEvents(replay.body).find((e) => e.event === 'result')?.data).toEqual(chained);
+    // The log goes after its last event plus ten minutes at most (not a day): Redis keeps a window of calls.
+    const logTtl = await redis.ttl(`${prefix}:events:${rootId}`);
+    expect(logTtl).toBeGreaterThan(0);
+    expect(logTtl).toBeLessThanOrEqual(600);
 
     // Past the retention the jobs leave Redis; the same bodies come from job_results.
     await new Promise((r) => setTimeout(r, 2_500));
