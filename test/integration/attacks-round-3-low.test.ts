@@ -191,10 +191,11 @@ describe('issue 26, low findings', () => {
     const rootId = json(res).job_id as string;
     const kept = () =>
       h.container.pool.maybeOneFirst(sql.type(z.object({ body: z.record(z.unknown()) }))`SELECT body FROM webhook_jobs WHERE job_id = ${rootId}`);
-    await waitUntil(async () => (await kept()) !== null, 20_000, 100);
+    // The watch re-checks a running request at growing intervals (250 ms doubling, up to 30 s).
+    await waitUntil(async () => (await kept()) !== null, 60_000, 100);
     expect(JSON.stringify(await kept())).toContain('before\uFFFDafter');
-    await waitUntil(() => hooks.some((raw) => raw.includes(rootId)), 20_000, 100);
-  }, 60_000);
+    await waitUntil(() => hooks.some((raw) => raw.includes(rootId)), 30_000, 100);
+  }, 120_000);
 
   it('(b) a refused Callback-Url or page names the host it was given, never what the name resolves to', async () => {
     const a = await h.account('pro', 1000);
