@@ -8,6 +8,7 @@ import { loadConfig } from '../../../src/config.js';
 import { CreditReservations } from '../../../src/money/holds.js';
 import { InFlightSlots } from '../../../src/access/in-flight.js';
 import { PassportService } from '../../../src/access/passports.js';
+import { PendingDeliveries } from '../../../src/calls/webhooks.js';
 import { RateLimiter } from '../../../src/services/rate-limit.js';
 import { familyKey, seenKey } from '../../../src/queue/heartbeat.js';
 import { queuePrefix, shardOf, ACCOUNT_SHARDS } from '../../../src/queue/keyspace.js';
@@ -31,6 +32,7 @@ const credits = new CreditReservations(redis, prefix, {} as AccountsRepo);
 const slots = new InFlightSlots(redis, config, async () => new Set());
 const passports = new PassportService({ redis, config });
 const limiter = new RateLimiter(redis, config);
+const pendingDeliveries = new PendingDeliveries({ redis, config, live: async () => [] });
 
 interface Sample {
   account: string;
@@ -88,6 +90,16 @@ const INVENTORY: Entry[] = [
   // Job hashes of the queues, all under the queues' one tag.
   { file: 'src/queue/queues.ts', kind: 'pipeline', name: 'job timestamps', keys: (s) => FAMILIES.map((f) => `${queuePrefix(prefix)}:${f}:${f}-${s.payer}`) },
   { file: 'src/routes/signup.ts', kind: 'eval', name: 'sign-ups per address', keys: () => [`${prefix}:signup:127.0.0.1`] },
+  // An account's outstanding webhook deliveries: one sorted set (take a place, bind it to its job).
+  { file: 'src/calls/webhooks.ts', kind: 'eval', name: 'take a pending-delivery place', keys: (s) => [pendingDeliveries.key(s.account)] },
+  { file: 'src/calls/webhooks.ts', kind: 'eval', name: 'bind a place to its job', keys: (s) => [pendingDeliveries.key(s.account)] },
+  // Repair: the delivery, watch and tool job hashes of each place, all under the queues' one tag.
+  {
+    file: 'src/calls/webhooks.ts',
+    kind: 'pipeline',
+    name: 'liveness of pending deliveries',
+    keys: (s) => [`${queuePrefix(prefix)}:webhooks:hook-core-${s.payer}`, `${queuePrefix(prefix)}:webhook-watch:watch-core-${s.payer}`, `${queuePrefix(prefix)}:tools-core:core-${s.payer}`, `${queuePrefix(prefix)}:none`],
+  },
 ];
 
 const samples: Sample[] = Array.from({ length: 300 }, () => ({ account: randomUUID(), keyId: randomUUID(), payer: `0x${randomUUID().replace(/-/g, '')}` }));
