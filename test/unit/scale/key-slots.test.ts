@@ -81,6 +81,7 @@ const INVENTORY: Entry[] = [
   { file: 'src/access/passports.ts', kind: 'multi', name: 'page of a namespace set', keys: (s) => pp(s, 'idx', `inbox:${s.keyId}`) },
   { file: 'src/access/passports.ts', kind: 'multi', name: 'delete a passport', keys: (s) => pp(s, `p:pp_${s.payer}`, 'idx') },
   { file: 'src/access/passports.ts', kind: 'pipeline', name: 'list metadata', keys: (s) => pp(s, `p:pp_${s.payer}`, `p:pp_${s.keyId}`) },
+  { file: 'src/access/passports.ts', kind: 'pipeline', name: "a sub-key's own list: every passport's metadata", keys: (s) => pp(s, `p:pp_${s.payer}`, `p:pp_${s.keyId}`) },
   { file: 'src/access/passports.ts', kind: 'pipeline', name: 'drop gone members', keys: (s) => pp(s, `p:pp_${s.payer}`, `d:dl_${s.keyId}`) },
   { file: 'src/access/passports.ts', kind: 'pipeline', name: 'inbox metadata', keys: (s) => pp(s, `p:pp_${s.payer}`, `p:none`) },
   { file: 'src/queue/job-events.ts', kind: 'script', name: 'tgEventAppend', keys: (s) => [`${prefix}:events:${s.payer}`] },
