@@ -7,9 +7,13 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { Queue } from 'bullmq';
 import pg from 'pg';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { WEBHOOK_QUEUE } from '../../src/calls/webhooks.js';
+import { queuePrefix } from '../../src/queue/keyspace.js';
+import { connectRedis } from '../../src/queue/redis.js';
 import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { closedPort } from '../helpers/http-targets.js';
 import { listening, runToExit } from '../helpers/processes.js';
@@ -74,7 +78,7 @@ const headersOf = (r: Received) => ({
 // ------------------------------------------------------------------------------------ as processes
 
 describe('sealing keys across restarts (the service as a process)', () => {
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tollgate-r3w-'));
+  let dataDir: string;
   // Its own database: the shared test database holds secrets sealed by every test process's random key.
   const dbName = `tollgate_r3w_${randomBytes(4).toString('hex')}`;
   const dbUrl = (() => {
@@ -90,6 +94,7 @@ describe('sealing keys across restarts (the service as a process)', () => {
   const state: { apiKey?: string; secret?: string; handle?: string } = {};
 
   beforeAll(async () => {
+    dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tollgate-r3w-'));
     receiver = await startReceiver();
     const { EDGE_TOKEN_KEY: _e, PASSPORT_KEY: _p, PUBLIC_BASE_URL: _b, PUBLIC_HOSTS: _h, ...rest } = process.env;
     env = {
@@ -107,7 +112,7 @@ describe('sealing keys across restarts (the service as a process)', () => {
   afterAll(async () => {
     if (server && server.exitCode === null && server.signalCode === null) server.kill('SIGKILL');
     await new Promise((r) => receiver?.server.close(r));
-    fs.rmSync(dataDir, { recursive: true, force: true });
+    if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
     const u = new URL(inject('databaseUrl'));
     const client = new pg.Client({ connectionString: u.toString() });
     await client.connect();
@@ -378,6 +383,25 @@ describe('webhooks as an attacker meets them', () => {
     for (let i = 0; i < 3; i++) await h.container.redis.zadd(pending.key(busy.accountId), Date.now(), `claim:${i}`);
     const refused = await hooked(busy.apiKey, 'compute', { expression: '1 + 1' }, `${receiver.base}/ok/${busy.accountId}`);
     expect(refused.statusCode).toBe(429);
+
+    // Three places last touched long ago whose deliveries wait for their next retry (delayed): they count too.
+    const retrying = await h.account('pro', 100);
+    const connection = connectRedis(h.config.REDIS_URL);
+    const queue = new Queue(WEBHOOK_QUEUE, { connection, prefix: queuePrefix(h.config.REDIS_PREFIX) });
+    const ids = [0, 1, 2].map((i) => `core-11111111-0000-0000-0000-00000000000${i}`);
+    try {
+      for (const id of ids) {
+        await queue.add('deliver', { jobId: id, accountId: retrying.accountId, url: 'https://example.invalid/', deliveryId: `dlv_${id}` }, { jobId: `hook-${id}`, delay: 600_000 });
+        await h.container.redis.zadd(pending.key(retrying.accountId), Date.now() - 120_000, id);
+      }
+      const waiting = await hooked(retrying.apiKey, 'compute', { expression: '1 + 1' }, `${receiver.base}/ok/${retrying.accountId}`);
+      expect(waiting.statusCode).toBe(429);
+      expect((await h.container.redis.zrange(pending.key(retrying.accountId), 0, -1)).sort()).toEqual(ids);
+    } finally {
+      for (const id of ids) await queue.remove(`hook-${id}`);
+      await queue.close();
+      await connection.quit();
+    }
   });
 
   it('with PUBLIC_BASE_URL unset a Host header is reflected into /subscribe and the 402\u2019s resource only when it is the service\u2019s own', async () => {
