@@ -1,4 +1,4 @@
-import { DelayedError, UnrecoverableError, Worker, type Job } from 'bullmq';
+import { DelayedError, Queue, UnrecoverableError, Worker, type Job } from 'bullmq';
 import type { Logger } from 'pino';
 import { concurrencyFor, type Config, type Family } from '../config.js';
 import { JobFailure, type CallJobData, type CallResult, type JobRun, type ToolRunner } from '../services/runner.js';
@@ -85,6 +85,10 @@ export class WorkerPool {
   /** Jobs running here, so a cancel (pub/sub, src/calls/cancel.ts) can abort the handler's signal. */
   private readonly running = new Map<string, AbortController>();
   private sub: Redis | null = null;
+  /** Removes finished jobs past JOB_REDIS_RETENTION_SECONDS from queues that have gone quiet (see `clean`). */
+  private cleaner: NodeJS.Timeout | null = null;
+  private cleaning: Promise<void> | null = null;
+  private readonly cleanQueues = new Map<Family, Queue>();
 
   constructor(
     private readonly deps: {
@@ -133,6 +137,11 @@ export class WorkerPool {
     }
     this.heartbeat = new WorkerHeartbeat(this.redis, config.REDIS_PREFIX, this.families);
     await this.heartbeat.start();
+    const every = Math.min(60_000, Math.max(1_000, (config.JOB_REDIS_RETENTION_SECONDS * 1000) / 2));
+    this.cleaner = setInterval(() => {
+      this.cleaning ??= this.clean().finally(() => (this.cleaning = null));
+    }, every);
+    this.cleaner.unref();
     log.info({ families: this.families }, 'workers started');
   }
 
@@ -256,6 +265,31 @@ export class WorkerPool {
     await job.updateData({ ...rest, input: {}, inputDropped: true }).catch((err: Error) => this.deps.log.warn({ err: err.message, job: job.id }, 'dropping a failed job\'s input failed'));
   }
 
+  /**
+   * BullMQ removes finished jobs older than their `removeOnComplete`/`removeOnFail` age only when a later
+   * job of the same queue finishes; a queue that went quiet after a burst would keep the burst. So every
+   * half retention (1 s to 1 min) each family's finished jobs past JOB_REDIS_RETENTION_SECONDS go, 1,000
+   * per set and pass (replicas doing the same delete nothing twice). Best effort.
+   */
+  private async clean(): Promise<void> {
+    const { config, log } = this.deps;
+    for (const family of this.families) {
+      let q = this.cleanQueues.get(family);
+      if (!q) {
+        // skipMetasUpdate: the queue's settings (its event stream's length) are the API's to write.
+        q = new Queue(queueName(family), { connection: this.redis, prefix: queuePrefix(config.REDIS_PREFIX), skipMetasUpdate: true });
+        q.on('error', () => {});
+        this.cleanQueues.set(family, q);
+      }
+      try {
+        await q.clean(config.JOB_REDIS_RETENTION_SECONDS * 1000, 1_000, 'completed');
+        await q.clean(config.JOB_REDIS_RETENTION_SECONDS * 1000, 1_000, 'failed');
+      } catch (err) {
+        log.debug({ err: (err as Error).message, family }, 'removing finished jobs failed');
+      }
+    }
+  }
+
   private async releaseSlots(data: CallJobData, jobIds: string[]): Promise<void> {
     const owner = slotOwner(data);
     // Best effort: a slot left behind is reaped once its job has finished (InFlightSlots.reap).
@@ -263,6 +297,9 @@ export class WorkerPool {
   }
 
   async close(): Promise<void> {
+    if (this.cleaner) clearInterval(this.cleaner);
+    await this.cleaning?.catch(() => {});
+    await Promise.all([...this.cleanQueues.values()].map((q) => q.close().catch(() => {})));
     await this.heartbeat?.stop();
     await Promise.all(this.workers.map((w) => w.close()));
     this.sub?.disconnect();
