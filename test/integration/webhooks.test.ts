@@ -128,6 +128,23 @@ describe('webhooks', () => {
     expect((await h.request({ method: 'GET', url: '/webhooks/secret' })).statusCode).toBe(401);
   });
 
+  it('a secret made before Standard Webhooks (whsec_ + base64url) keeps its bytes: shown in standard base64, deliveries verify with it', async () => {
+    const acct = await account();
+    // 24 bytes whose base64url has both URL-safe characters ('-' and '_'), as secrets were made before.
+    const bytes = Buffer.concat([Buffer.from([0xfb, 0xef, 0xff]), randomBytes(21)]);
+    const old = `whsec_${bytes.toString('base64url')}`;
+    expect(old).toMatch(/[-_]/);
+    await h.container.pool.query(sql.unsafe`INSERT INTO webhook_secrets (account_id, sealed) VALUES (${acct.accountId}, ${h.container.sealer.seal(old)})`);
+    const shown = json(await h.request({ method: 'GET', url: '/webhooks/secret', headers: auth(acct.apiKey) })).secret as string;
+    expect(shown).toBe(`whsec_${bytes.toString('base64')}`);
+    // The libraries read standard base64 only: the old spelling is refused, the one shown now works.
+    expect(() => new Webhook(old)).toThrow();
+    const path = `/legacy/${acct.accountId}`;
+    await h.call('compute', { expression: '3 * 3' }, acct.apiKey, { prefer: 'respond-async', 'callback-url': `${base}${path}` });
+    const got = await until('the legacy-secret delivery', () => received.find((r) => r.path === path));
+    expect(verifies(shown, got)).toBe(true);
+  });
+
   it('delivers the signed GET /jobs/{id} body once after two 500s, and GET /jobs/{id} shows the three attempts', async () => {
     const acct = await account();
     const secret = json(await h.request({ method: 'GET', url: '/webhooks/secret', headers: auth(acct.apiKey) })).secret as string;
