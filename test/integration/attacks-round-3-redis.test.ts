@@ -3,6 +3,7 @@ import { createHash } from 'node:crypto';
 import { gzipSync } from 'node:zlib';
 import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { startFixtureSite, type FixtureSite } from '../helpers/fixture-site.js';
+import { startFakeCdx, type FakeCdx } from '../helpers/fake-cdx.js';
 import { connectRedis, type Redis } from '../../src/queue/redis.js';
 import { checkMemoryPolicy } from '../../src/queue/memory-policy.js';
 import { generatePrivateKey } from 'viem/accounts';
@@ -24,6 +25,7 @@ const LONG = 'a'.repeat(150);
 const SENTENCES = 'The ledger settles every call once. '.repeat(300).slice(0, 10_000);
 
 let site: FixtureSite;
+let cdx: FakeCdx;
 let h: Harness;
 let redis: Redis;
 
@@ -100,8 +102,9 @@ beforeAll(async () => {
   // Plain-text pages of 25,000 characters: 50 of them are more than an answer may hold.
   for (let i = 0; i < 50; i++) site.route(`/t/${i}`, { headers: { 'content-type': 'text/plain; charset=utf-8' }, body: `page ${i} `.padEnd(25_000, 'lorem ipsum ') });
   site.route('/small.txt', { headers: { 'content-type': 'text/plain; charset=utf-8' }, body: SENTENCES });
+  cdx = await startFakeCdx();
   // Retention short enough to be seen passing in a test.
-  h = await startHarness({ FETCH_ALLOWED_HOSTS: site.hostPort, JOB_REDIS_RETENTION_SECONDS: '2', SYNC_TIMEOUT_MS: '60000', WEB_PER_HOST: '16' }, { workers: ['web', 'text'] });
+  h = await startHarness({ FETCH_ALLOWED_HOSTS: site.hostPort, WAYBACK_CDX_URL: cdx.cdxUrl, WAYBACK_BASE_URL: cdx.baseUrl, JOB_REDIS_RETENTION_SECONDS: '2', SYNC_TIMEOUT_MS: '60000', WEB_PER_HOST: '16' }, { workers: ['web', 'text'] });
   redis = connectRedis(h.config.REDIS_URL);
 }, 60_000);
 
@@ -109,6 +112,7 @@ afterAll(async () => {
   await redis?.quit();
   await h?.close();
   await site?.close();
+  await cdx?.close();
 });
 
 describe('bounded answers', () => {
@@ -145,6 +149,26 @@ describe('bounded answers', () => {
     expect(result.items.every((i: any) => i.ok && i.result.truncated && i.result.text.startsWith(`page ${urls.indexOf(i.url)} `))).toBe(true);
     // Cut to a common length, not emptied.
     expect(Math.min(...result.items.map((i: any) => i.result.text.length))).toBeGreaterThan(15_000);
+  }, 60_000);
+
+  it('grabr_wayback with 1,000 captures of long URLs leaves out the oldest to stay within the cap, and says so', async () => {
+    const acct = await h.account('enterprise', 1000);
+    cdx.captures = Array.from({ length: 1_000 }, (_, i) => ({
+      timestamp: String(20200101000000 + i * 100),
+      original: `https://w.test/${'p'.repeat(1_500)}/${i}`,
+      digest: `D${i}`,
+    }));
+    const res = await h.call('grabr_wayback', { url: 'https://w.test/', match: 'prefix', limit: 1_000 }, acct.apiKey);
+    expect(res.statusCode, res.body.slice(0, 300)).toBe(200);
+    const { result } = json(res);
+    expect(Buffer.byteLength(JSON.stringify(result))).toBeLessThanOrEqual(CAP);
+    const n = result.captures.length as number;
+    expect(n).toBeGreaterThan(100);
+    expect(n).toBeLessThan(1_000);
+    expect(result.total).toBe(n);
+    // The newest are kept (order: newest), listed oldest first.
+    expect(result.last).toBe(String(20200101000000 + 999 * 100));
+    expect(result.notes.some((m: string) => m.includes(`${1_000 - n} oldest captures left out`))).toBe(true);
   }, 60_000);
 });
 

@@ -244,17 +244,63 @@ async function lookUp(input: WaybackInput, ctx: ToolContext, cdxUrl: string, bas
     else if (!pick) notes.push('snapshot skipped: no capture in the range answered 200');
     else snapshot = await readSnapshot(pick, base, ctx, notes);
   }
-  return {
-    url: input.url,
-    match: input.match,
-    captures,
-    total: captures.length,
-    distinct_versions: new Set(captures.map((c) => c.digest ?? `${c.timestamp}`)).size,
-    first: captures[0]?.timestamp ?? null,
-    last: captures.at(-1)?.timestamp ?? null,
-    snapshot,
-    notes,
-  };
+  return withinSize(
+    {
+      url: input.url,
+      match: input.match,
+      captures,
+      total: captures.length,
+      distinct_versions: new Set(captures.map((c) => c.digest ?? `${c.timestamp}`)).size,
+      first: captures[0]?.timestamp ?? null,
+      last: captures.at(-1)?.timestamp ?? null,
+      snapshot,
+      notes,
+    },
+    input.order,
+    ctx.config.TOOL_MAX_RESULT_BYTES - 1_024,
+  );
+}
+
+const bytesOf = (v: unknown) => Buffer.byteLength(JSON.stringify(v));
+
+/**
+ * Holds the answer to `budget` JSON bytes (the service refuses a larger one; long archived URLs make
+ * 1,000 captures several MB): the snapshot's text is cut first, then captures go from the end `order`
+ * keeps least (the oldest for `newest`), each said in `notes`.
+ */
+function withinSize(out: Omit<GrabrWaybackOutput, 'cached'>, order: 'newest' | 'oldest', budget: number): Omit<GrabrWaybackOutput, 'cached'> {
+  let size = bytesOf(out) + 20;
+  if (size <= budget) return out;
+  const room = 200;
+  if (out.snapshot && out.snapshot.text.length) {
+    const over = size - budget;
+    const textBytes = bytesOf(out.snapshot.text);
+    // Cut the text (by characters, to at most what the budget leaves it), keeping at least the captures' room.
+    let text = out.snapshot.text;
+    const target = Math.max(0, textBytes - over - room);
+    while (text.length && bytesOf(text) > target) text = text.slice(0, Math.floor(text.length * Math.max(0.5, target / bytesOf(text))));
+    if (text.length < out.snapshot.text.length) {
+      out.notes.push('snapshot text cut to stay within the answer size limit (TOOL_MAX_RESULT_BYTES)');
+      out.snapshot = { ...out.snapshot, text, truncated: true };
+      size = bytesOf(out) + 20;
+    }
+  }
+  if (size > budget && out.captures.length) {
+    const captures = [...out.captures];
+    let dropped = 0;
+    while (captures.length && size > budget) {
+      const c = order === 'newest' ? captures.shift()! : captures.pop()!;
+      size -= bytesOf(c) + 1;
+      dropped++;
+    }
+    out.notes.push(`${dropped} ${order === 'newest' ? 'oldest' : 'newest'} capture${dropped > 1 ? 's' : ''} left out to stay within the answer size limit (TOOL_MAX_RESULT_BYTES)`);
+    out.captures = captures;
+    out.total = captures.length;
+    out.distinct_versions = new Set(captures.map((c) => c.digest ?? `${c.timestamp}`)).size;
+    out.first = captures[0]?.timestamp ?? null;
+    out.last = captures.at(-1)?.timestamp ?? null;
+  }
+  return out;
 }
 
 async function readSnapshot(c: Capture, base: string, ctx: ToolContext, notes: string[]): Promise<GrabrWaybackOutput['snapshot']> {
