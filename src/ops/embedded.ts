@@ -501,15 +501,18 @@ export function localSealingKeys(config: Pick<Config, SealingKey | 'TOLLGATE_DAT
   let stored = readJson<Partial<Record<SealingKey, string>>>(file);
   if (!stored) {
     if (fs.existsSync(file)) throw new EmbeddedError(`${file} is not readable JSON; remove it only if nothing was sealed under its keys yet, or set ${unset.join(' and ')}`);
-    fs.mkdirSync(dataDir, { recursive: true, mode: 0o755 });
     const fresh = Object.fromEntries(SEALING_KEYS.map((k) => [k, randomBytes(32).toString('hex')]));
     const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
-    fs.writeFileSync(tmp, JSON.stringify(fresh, null, 2) + os.EOL, { mode: 0o600 });
     try {
+      fs.mkdirSync(dataDir, { recursive: true, mode: 0o755 });
+      fs.writeFileSync(tmp, JSON.stringify(fresh, null, 2) + os.EOL, { mode: 0o600 });
       fs.linkSync(tmp, file);
       created = true;
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code !== 'EEXIST') {
+        throw new EmbeddedError(`${unset.join(' and ')} unset and ${file} cannot be written (${code ?? (e as Error).message}); set them (\`openssl rand -hex 32\` each), or TOLLGATE_DATA_DIR to a writable directory`);
+      }
     } finally {
       fs.rmSync(tmp, { force: true });
     }
