@@ -87,8 +87,8 @@ export interface JobRun {
   /** Set by the runner when settlement gave the job's slot in flight back (the worker then need not). */
   slotReleased?: boolean;
   /**
-   * Set by the runner on success: JSON bytes of the answer's result, and whether job_results holds it
-   * whole (the worker then returns a reference for a large one: src/queue/result-refs.ts).
+   * Set by the runner on success: JSON bytes of the answer's result, and whether job_results holds
+   * exactly this answer (the worker then returns a reference for a large one: src/queue/result-refs.ts).
    */
   resultBytes?: number;
   storedWhole?: boolean;
@@ -145,7 +145,7 @@ export class ToolRunner {
       if (stored && job.redelivered) {
         // A run before this one may have settled: then that is the answer, and the tool does not run again.
         const prior = await this.deps.results.get(job.id);
-        if (prior) return await this.answerWith(data, job.id, prior);
+        if (prior) return await this.answerWith(data, job, prior);
       }
       const tool = findTool(data.tool);
       if (!tool) throw new AppError('tool_not_found', `No tool named '${data.tool}'`);
@@ -236,10 +236,10 @@ export class ToolRunner {
       });
       if (settled.slotReleased) job.slotReleased = true;
       // Settled before (a redelivery that ran anyway): the first answer is the one that was charged.
-      if (settled.prior) return await this.answerWith(data, job.id, settled.prior);
+      if (settled.prior) return await this.answerWith(data, job, settled.prior);
       if (!settled.stored) {
         const prior = await this.deps.results.get(job.id);
-        if (prior) return await this.answerWith(data, job.id, prior);
+        if (prior) return await this.answerWith(data, job, prior);
       }
       job.storedWhole = resultBytes <= config.RESULT_MAX_BYTES;
       return {
@@ -261,7 +261,7 @@ export class ToolRunner {
         // Recorded as failed unless it was settled after all (say the commit went through but its
         // answer was lost): then it completed, and is answered as such, never as "not charged".
         const prior = await this.recordFailure(data, job, err);
-        if (prior) return this.answerWith(data, job.id, prior);
+        if (prior) return this.answerWith(data, job, prior);
       }
       if (final) await this.releaseHold(data, job.id);
       throw new JobFailure(err, final);
@@ -303,7 +303,8 @@ export class ToolRunner {
   }
 
   /** Answers with a stored outcome: the completed body as first answered, or its failure (final). */
-  private async answerWith(data: CallJobData, jobId: string, prior: StoredOutcome): Promise<CallResult> {
+  private async answerWith(data: CallJobData, job: JobRun, prior: StoredOutcome): Promise<CallResult> {
+    const jobId = job.id;
     // A run that settled and then died before its webhook was queued: queued now (once; deliveries are keyed by job id).
     if (data.callbackUrl && data.accountId) {
       await this.deps.settler.onEnded?.([{ jobId, accountId: data.accountId, callbackUrl: data.callbackUrl }]).catch((err: Error) =>
@@ -319,6 +320,9 @@ export class ToolRunner {
     if (data.accountId && data.priceCents > 0) {
       await this.deps.credits.settled([{ accountId: data.accountId, holdId: jobId }]).catch(() => {});
     }
+    // The answer is job_results' own: a large one travels as a reference to it (src/queue/worker-pool.ts).
+    job.resultBytes = Buffer.byteLength(JSON.stringify(prior.body.result) ?? 'null');
+    job.storedWhole = true;
     return storedAnswer(prior);
   }
 
