@@ -248,6 +248,8 @@ describe('a large answer is stored once, and every reader gets it whole', () => 
     const stream = JSON.stringify(await (redis as import('ioredis').Redis).xrange(`{${prefix}}:tools-web:events`, '-', '+'));
     expect(stream).toContain(jobId);
     expect(stream).not.toContain(SENTENCES.slice(0, 500));
+    // The stream itself is capped (BullMQ trims it to the length in the queue's meta hash).
+    expect(await redis.hget(`{${prefix}}:tools-web:meta`, 'opts.maxLenEvents')).toBe(String(h.config.QUEUE_EVENTS_MAX_LEN));
     const status = await h.request({ method: 'GET', url: `/jobs/${jobId}`, headers: auth });
     expect(status.statusCode).toBe(200);
     expect(json(status)).toEqual({ job_id: jobId, status: 'completed', ...body });
