@@ -27,9 +27,10 @@ import type { KeyInfo } from '../db/accounts-repo.js';
  * The GCM additional data binds each sealed value to its namespace and handle: a blob copied to another
  * account's or passport's key does not open.
  *
- * Without PASSPORT_KEY a random key is made once per process (a warning is logged once): passports then
- * do not survive a restart, and a worker process cannot read what another process stored. Set
- * PASSPORT_KEY (32 bytes, 64 hex characters or base64) wherever workers run more than one process.
+ * PASSPORT_KEY (32 bytes, 64 hex characters or base64) is required in production; `npm start` and the
+ * workers beside it generate one once into the data directory and reuse it (src/bootstrap.ts). Only a
+ * process built without either (tests calling loadConfig directly) falls back to a random key of its
+ * own, with a warning: its passports open in no other process and do not survive it.
  */
 
 export const PASSPORT_MIN_TTL_S = 60;
