@@ -151,6 +151,24 @@ describe('bounded answers', () => {
     expect(Math.min(...result.items.map((i: any) => i.result.text.length))).toBeGreaterThan(15_000);
   }, 60_000);
 
+  it('grabr_contact on a page of 50 forms with long actions and field names stays within the cap (truncated)', async () => {
+    const acct = await h.account('enterprise', 1000);
+    // Field names are cut at 300 characters and actions at 2,048: 50 such forms a page, two pages, are about 1.7 MB.
+    const field = (j: number) => `<input name="${j}-${'f'.repeat(400)}">`;
+    const form = (p: string, i: number) => `<form action="/send/${p}/${'a'.repeat(1_900)}/${i}" method="post">${Array.from({ length: 50 }, (_, j) => field(j)).join('')}</form>`;
+    const page = (p: string, extra = '') => `<html><body>${extra}${Array.from({ length: 50 }, (_, i) => form(p, i)).join('')}</body></html>`;
+    site.route('/forms', { body: page('one', '<a href="/forms/contact">Contact us</a>') });
+    site.route('/forms/contact', { body: page('two') });
+    const res = await h.call('grabr_contact', { url: site.url('/forms'), max_pages: 2 }, acct.apiKey);
+    expect(res.statusCode, res.body.slice(0, 300)).toBe(200);
+    const { result } = json(res);
+    expect(Buffer.byteLength(JSON.stringify(result))).toBeLessThanOrEqual(CAP);
+    expect(result.truncated).toBe(true);
+    expect(result.pages.map((p: any) => p.error)).toEqual([null, null]);
+    expect(result.forms.length).toBeGreaterThan(30);
+    expect(result.forms.length).toBeLessThan(100);
+  }, 60_000);
+
   it('grabr_wayback with 1,000 captures of long URLs leaves out the oldest to stay within the cap, and says so', async () => {
     const acct = await h.account('enterprise', 1000);
     cdx.captures = Array.from({ length: 1_000 }, (_, i) => ({

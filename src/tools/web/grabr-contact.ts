@@ -136,16 +136,44 @@ async function crawl(input: z.output<typeof Input>, ctx: ToolContext): Promise<C
     }
   }
   await ctx.progress({ stage: 'crawling', done: pages.length, total: pages.length, unit: 'pages' });
-  return {
-    url: input.url,
-    pages,
-    emails: emails.items,
-    phones: phones.items,
-    socials: socials.items,
-    addresses: addresses.items,
-    forms: forms.items,
-    truncated,
-  };
+  return withinSize(
+    {
+      url: input.url,
+      pages,
+      emails: emails.items,
+      phones: phones.items,
+      socials: socials.items,
+      addresses: addresses.items,
+      forms: forms.items,
+      truncated,
+    },
+    ctx.config.TOOL_MAX_RESULT_BYTES - 1_024,
+  );
+}
+
+const LISTS = ['emails', 'phones', 'socials', 'addresses', 'forms'] as const;
+
+/**
+ * Holds the answer to `budget` JSON bytes (the service refuses a larger one; ten pages of long URLs
+ * found on every page can make several MB): items are left out from the end of whichever list takes
+ * the most bytes, and the answer says `truncated: true`.
+ */
+function withinSize(out: ContactResult, budget: number): ContactResult {
+  let size = Buffer.byteLength(JSON.stringify(out));
+  if (size <= budget) return out;
+  const sizes = Object.fromEntries(LISTS.map((k) => [k, (out[k] as unknown[]).map((i) => Buffer.byteLength(JSON.stringify(i)) + 1)])) as Record<(typeof LISTS)[number], number[]>;
+  const total = (k: (typeof LISTS)[number]) => sizes[k].reduce((a, b) => a + b, 0);
+  const totals = Object.fromEntries(LISTS.map((k) => [k, total(k)])) as Record<(typeof LISTS)[number], number>;
+  while (size > budget) {
+    const k = LISTS.reduce((a, b) => (totals[b] > totals[a] ? b : a));
+    if (!sizes[k].length) break;
+    const bytes = sizes[k].pop()!;
+    (out[k] as unknown[]).pop();
+    totals[k] -= bytes;
+    size -= bytes;
+    out.truncated = true;
+  }
+  return out;
 }
 
 export const grabrContact = defineTool({
@@ -162,7 +190,8 @@ export const grabrContact = defineTool({
   output:
     '{url, pages: [{url, status, error}], emails: [{value, sources}], phones: [{e164, sources}], socials: [{network, url, sources}], ' +
     'addresses: [{street, locality, region, postal_code, country, text, sources}], forms: [{action, method, fields, sources}], truncated}; ' +
-    `at most ${MAX_CONTACT_PAGES} pages; sources are the pages (final URLs) an item was found on`,
+    `at most ${MAX_CONTACT_PAGES} pages; sources are the pages (final URLs) an item was found on; ` +
+    'the answer stays within the size limit on answers (TOOL_MAX_RESULT_BYTES, 1 MB by default): items are left out from the end of the largest lists (truncated: true)',
   outputSchema: ContactResultSchema,
   limits: { timeMs: 10_000, memoryMb: 384 },
   handler: async (input, ctx) => crawl(input, ctx),
