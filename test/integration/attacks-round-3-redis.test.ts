@@ -5,7 +5,7 @@ import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { startFixtureSite, type FixtureSite } from '../helpers/fixture-site.js';
 import { startFakeCdx, type FakeCdx } from '../helpers/fake-cdx.js';
 import { connectRedis, type Redis } from '../../src/queue/redis.js';
-import { checkMemoryPolicy } from '../../src/queue/memory-policy.js';
+import { checkMemoryPolicy, readMemoryPolicy } from '../../src/queue/memory-policy.js';
 import { generatePrivateKey } from 'viem/accounts';
 import { PAY_TO, signPayment, toHeader } from '../helpers/x402-sign.js';
 
@@ -454,7 +454,10 @@ describe('Redis memory policy check', () => {
     const refused = { config: async () => Promise.reject(new Error("ERR unknown command 'CONFIG'")) } as unknown as Redis;
     expect(await checkMemoryPolicy(refused, log)).toEqual([]);
     expect(warned).toHaveLength(2);
-    // The real server answers (whatever its settings), and the check never throws.
-    await expect(checkMemoryPolicy(redis, { warn: () => {} })).resolves.toBeInstanceOf(Array);
+    // The real server: one warning per setting that is off, as CONFIG GET reports them.
+    const [real] = await readMemoryPolicy(redis);
+    const realWarnings = await checkMemoryPolicy(redis, { warn: () => {} });
+    expect(realWarnings.some((w) => w.includes('maxmemory is 0'))).toBe(real!.maxmemory === 0);
+    expect(realWarnings.some((w) => w.includes('maxmemory-policy is'))).toBe(real!.policy !== null && real!.policy !== 'noeviction');
   });
 });
