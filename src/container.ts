@@ -175,7 +175,11 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     closers.push(async () => sub.quit());
     closers.push(() => dispatcher.close());
     const calls = new CallService({ config, queues, dispatcher, credits, sealer, records, slots, results });
-    const idempotency = new Idempotency(redis, config.REDIS_PREFIX);
+    // Large answers are kept by reference or for the Redis retention only (src/calls/idempotency.ts).
+    const idempotency = new Idempotency(redis, config.REDIS_PREFIX, undefined, {
+      inlineBytes: config.JOB_RESULT_INLINE_BYTES,
+      largeTtlSeconds: config.JOB_REDIS_RETENTION_SECONDS,
+    });
     c.api = { dispatcher, auth, calls, limiter: new RateLimiter(redis, config), idempotency };
     if (config.X402_ENABLED) {
       const settler = await createSettler(config);

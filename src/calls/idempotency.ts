@@ -124,6 +124,13 @@ export class Idempotency {
     redis: Redis,
     private readonly prefix: string,
     private readonly leaseMs = LEASE_MS,
+    /**
+     * Bounds what one entry keeps in Redis. A body larger than `inlineBytes` that the caller cannot
+     * name by reference (`byRef`) is kept by reference to its one job when `recover` can read that job
+     * back (MCP tools/call), else whole for `largeTtlSeconds` only (calls paid per call, whose answers
+     * no key can read later), so answers cannot pile up in Redis for a day.
+     */
+    private readonly bounds: { inlineBytes: number; largeTtlSeconds: number } = { inlineBytes: Infinity, largeTtlSeconds: TTL_SECONDS },
   ) {
     const r: Redis = redis;
     if (!('tgIdemClaim' in r)) {
@@ -164,7 +171,12 @@ export class Idempotency {
     const token = randomUUID();
     const claim: Entry = { state: 'running', fingerprint, token, lease_until: Date.now() + this.leaseMs, job_ids: '' };
     const [status, raw] = await this.redis.tgIdemClaim(1, key, JSON.stringify(claim), TTL_SECONDS, Date.now());
-    const track: TrackJob = (jobId) => this.touch(key, token, jobId);
+    // The jobs this request queued, also kept here: a large answer of exactly one job is stored by reference.
+    const tracked: string[] = [];
+    const track: TrackJob = (jobId) => {
+      tracked.push(jobId);
+      return this.touch(key, token, jobId);
+    };
     let produce = () => exec(track);
     let replayed = false;
     if (status === 0) {
@@ -223,8 +235,12 @@ export class Idempotency {
     clearInterval(renew);
     if (response.status >= 500 || response.status === 429) await this.redis.tgIdemDrop(1, key, token);
     else {
-      const ref = recover && byRef ? byRef(response) : null;
-      await this.store(key, fingerprint, ref ? { status: response.status, headers: response.headers, body: null, ref } : response);
+      let ref = recover && byRef ? byRef(response) : null;
+      const whole = ref ? null : JSON.stringify({ state: 'done', fingerprint, response } satisfies Entry);
+      const large = whole !== null && Buffer.byteLength(whole) > this.bounds.inlineBytes;
+      if (large && recover && !byRef && tracked.length === 1 && response.status < 300) ref = tracked[0]!;
+      if (ref) await this.store(key, fingerprint, { status: response.status, headers: response.headers, body: null, ref });
+      else await this.redis.set(key, whole!, 'EX', large ? Math.min(this.bounds.largeTtlSeconds, TTL_SECONDS) : TTL_SECONDS);
     }
     return { ...response, replayed };
   }

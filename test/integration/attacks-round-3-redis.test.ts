@@ -371,6 +371,26 @@ describe('a call paid per call (x402)', () => {
     expect(JSON.stringify(answer)).toContain('2998, 2999');
     expect(stream).not.toContain('2998, 2999');
   }, 60_000);
+
+  it('an Idempotency-Key keeps its large answer for the retention time only (no key can read it back later)', async () => {
+    const body = { expression: 'range(0, 3000)' };
+    const offer = await xh.call('compute', body);
+    const idem = { 'idempotency-key': `x402-large-${Date.now()}` };
+    const payer = generatePrivateKey();
+    const pay = async () => toHeader(await signPayment(json(offer).accepts[0], { privateKey: payer }));
+    const first = await xh.call('compute', body, undefined, { ...idem, 'x-payment': await pay() });
+    expect(first.statusCode, first.body.slice(0, 300)).toBe(200);
+    const keys = await redis.keys(`${xh.config.REDIS_PREFIX}:idem:*`);
+    expect(keys).toHaveLength(1);
+    const ttl = await redis.ttl(keys[0]!);
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(30);
+    // Within it, a retry is answered from the entry and its new payment is not taken.
+    const again = await xh.call('compute', body, undefined, { ...idem, 'x-payment': await pay() });
+    expect(again.statusCode).toBe(200);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(json(again)).toEqual(json(first));
+  }, 60_000);
 });
 
 describe('Redis stays flat', () => {

@@ -323,6 +323,31 @@ describe('Idempotency-Key on MCP tools/call', () => {
   });
 });
 
+describe('Idempotency-Key on an MCP tools/call with a large answer', () => {
+  it('keeps a reference to the job, not the answer, and the retry gets the same result', async () => {
+    const acct = await h.account('pro', 100);
+    const idemKey = `mcp-large-${Date.now()}`;
+    const client = new Client({ name: 'tollgate-test', version: '1.0.0' });
+    await client.connect(
+      new StreamableHTTPClientTransport(url, { requestInit: { headers: { authorization: `Bearer ${acct.apiKey}`, 'idempotency-key': idemKey } } }),
+    );
+    // About 17 KB of JSON: above JOB_RESULT_INLINE_BYTES, so neither the job nor this entry holds it.
+    const first = await client.callTool({ name: 'compute', arguments: { expression: 'range(0, 3000)' } });
+    expect(first.isError, JSON.stringify(first).slice(0, 300)).toBeFalsy();
+    expect(JSON.stringify(first)).toContain('2998, 2999');
+    const redis = h.container.redis;
+    const keys = await redis.keys(`${h.config.REDIS_PREFIX}:idem:${acct.keyId}:*`);
+    expect(keys).toHaveLength(1);
+    const entry = (await redis.get(keys[0]!))!;
+    expect(entry.length).toBeLessThan(2_000);
+    expect(entry).not.toContain('2998, 2999');
+    const again = await client.callTool({ name: 'compute', arguments: { expression: 'range(0, 3000)' } });
+    expect(again).toEqual(first);
+    expect(await h.ledgerCharges(acct.accountId)).toBe(1);
+    await client.close();
+  });
+});
+
 describe('Idempotency-Key on an MCP tools/call whose client hangs up', () => {
   it('keeps the key: the retry gets the result of the job the first call started, charged once', async () => {
     const acct = await h.account('pro', 100);
