@@ -6,3 +6,14 @@ export async function waitUntil(check: () => boolean | Promise<boolean>, timeout
     await new Promise((r) => setTimeout(r, stepMs));
   }
 }
+
+/** Polls `f` until it gives a value (not undefined, null or false) and returns it; throws after `ms`, naming `what`. */
+export async function until<T>(what: string, f: () => T | undefined | null | false | Promise<T | undefined | null | false>, ms = 20_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await f();
+    if (v !== undefined && v !== null && v !== false) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

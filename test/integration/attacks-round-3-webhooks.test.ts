@@ -17,6 +17,7 @@ import { connectRedis } from '../../src/queue/redis.js';
 import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { closedPort } from '../helpers/http-targets.js';
 import { listening, runToExit } from '../helpers/processes.js';
+import { until } from '../helpers/wait.js';
 
 /**
  * Issue 26, points 6 and 7 and the Host reflection of point 8, as an attacker (or an unlucky operator)
@@ -57,16 +58,6 @@ async function startReceiver(): Promise<{ server: Server; base: string; hostPort
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const port = (server.address() as AddressInfo).port;
   return { server, base: `http://127.0.0.1:${port}`, hostPort: `127.0.0.1:${port}`, received };
-}
-
-async function until<T>(what: string, f: () => T | undefined | null | false | Promise<T | undefined | null | false>, ms = 20_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await f();
-    if (v !== undefined && v !== null && v !== false) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 const headersOf = (r: Received) => ({

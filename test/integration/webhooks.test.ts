@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { sql } from '../../src/db/pool.js';
 import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { registerSlowTools } from '../helpers/slow-tools.js';
+import { until } from '../helpers/wait.js';
 
 /** What the local receiver got. */
 interface Received {
@@ -30,16 +31,6 @@ function verifies(secret: string, r: Pick<Received, 'headers' | 'raw'>): boolean
     return true;
   } catch {
     return false;
-  }
-}
-
-async function until<T>(what: string, f: () => T | undefined | Promise<T | undefined>, ms = 20_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await f();
-    if (v !== undefined && v !== null && v !== false) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
   }
 }
 
