@@ -5,6 +5,7 @@ import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { startFixtureSite, type FixtureSite } from '../helpers/fixture-site.js';
 import { startFakeCdx, type FakeCdx } from '../helpers/fake-cdx.js';
 import { connectRedis, type Redis } from '../../src/queue/redis.js';
+import { sql } from '../../src/db/pool.js';
 import { checkMemoryPolicy, readMemoryPolicy } from '../../src/queue/memory-policy.js';
 import { generatePrivateKey } from 'viem/accounts';
 import { PAY_TO, signPayment, toHeader } from '../helpers/x402-sign.js';
@@ -459,6 +460,8 @@ describe('Redis stays flat', () => {
       expect([job_id, status]).toEqual([a.jobId, 'completed']);
       expect(digest(body)).toBe(a.digest);
     }
+    // 178 MB of answers would stay in the shared test database for JOB_RESULT_DAYS: this test's are its own to drop.
+    await h.container.pool.query(sql.unsafe`DELETE FROM job_results WHERE account_id = ${acct.accountId}`);
   }, 300_000);
 });
 
