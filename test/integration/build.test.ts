@@ -79,5 +79,6 @@ describe('production build', () => {
     const [code] = await exited;
     expect(code, output).toBe(0);
     expect(await listening(port)).toBe(false);
-  }, 60_000);
+    // A liveness bound: about 20 s alone, a full compile while the other fork runs the heaviest suites takes longer.
+  }, 180_000);
 });
