@@ -9,7 +9,7 @@ import { CompletionDispatcher } from './queue/dispatcher.js';
 import { JobRecords } from './queue/job-records.js';
 import { resultRefs } from './queue/result-refs.js';
 import { decodeFailure } from './queue/failure.js';
-import { WorkerPool } from './queue/worker-pool.js';
+import { WorkerPool, dropJobInput } from './queue/worker-pool.js';
 import { JobEventLog, eventLogTtl } from './queue/job-events.js';
 import { CreditReservations } from './money/holds.js';
 import { Reconciler } from './money/reconciler.js';
@@ -166,7 +166,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
         });
       }
       // A failed job keeps its error, not the caller's input (as the worker does for the failures it handles).
-      if (!job.data.inputDropped) await job.updateData({ ...job.data, input: {}, inputDropped: true }).catch(() => {});
+      await dropJobInput(job, log);
     }, refs);
     await dispatcher.start();
     const auth = new KeyAuthenticator(accounts, config.KEY_CACHE_SECONDS * 1000, config.REDIS_PREFIX);

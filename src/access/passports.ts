@@ -5,6 +5,7 @@ import { AppError } from '../errors.js';
 import type { Redis } from '../queue/redis.js';
 import { accountTag } from '../queue/keyspace.js';
 import type { KeyInfo } from '../db/accounts-repo.js';
+import { isProduction } from '../ops/embedded.js';
 
 /**
  * Passports: blobs of text one key of an account leaves for itself or hands to another key (or agent)
@@ -169,7 +170,7 @@ export function passportKey(config: Pick<Config, 'PASSPORT_KEY'>, log?: Pick<Log
   }
   // Production never gets a key of one process (passports would not survive a restart): the entry points
   // refuse to start without PASSPORT_KEY (src/bootstrap.ts), and so does this, for any other way in.
-  if (process.env.NODE_ENV === 'production' || import.meta.url.endsWith('.js')) {
+  if (isProduction()) {
     throw new ConfigError('PASSPORT_KEY is required in production: passports sealed under a random key of one process open in no other (`openssl rand -hex 32`)');
   }
   if (!processKey) processKey = randomBytes(32);
@@ -190,7 +191,8 @@ function seal(key: Buffer, plain: Buffer, aad: string): Buffer {
   return Buffer.concat([Buffer.from([VERSION]), iv, cipher.getAuthTag(), body]);
 }
 
-function open(key: Buffer, blob: Buffer, aad: string): Buffer | null {
+/** Opens one sealed value (null when `key` or `aad` is not the one it was sealed with); the start-up check uses it too. */
+export function openSealed(key: Buffer, blob: Buffer, aad: string): Buffer | null {
   if (blob.length < 29 || blob[0] !== VERSION) return null;
   try {
     const decipher = createDecipheriv('aes-256-gcm', key, blob.subarray(1, 13));
@@ -404,7 +406,7 @@ export class PassportService {
 
   private openMeta(ns: string, handle: string, blob: Buffer | null): PassportMeta | null {
     if (!blob) return null;
-    const plain = open(this.key(), blob, `${ns}|${handle}|meta`);
+    const plain = openSealed(this.key(), blob, `${ns}|${handle}|meta`);
     return plain ? (JSON.parse(plain.toString('utf8')) as PassportMeta) : null;
   }
 
@@ -443,7 +445,7 @@ export class PassportService {
     if (!metaBlob || !data) throw notFound(handle);
     const meta = this.openMeta(ns, handle, metaBlob);
     if (meta && !(await this.visible(scope, ns, meta))) throw notFound(handle);
-    const plain = meta ? open(this.key(), data, `${ns}|${handle}|data`) : null;
+    const plain = meta ? openSealed(this.key(), data, `${ns}|${handle}|data`) : null;
     if (!meta || !plain) {
       // Stored under another PASSPORT_KEY (a restart without one, or a rotated key): unreadable here.
       throw new AppError('not_found', `Passport ${handle} cannot be read with this service's PASSPORT_KEY (stored under another key, or by another process without one)`);

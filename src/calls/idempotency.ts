@@ -9,8 +9,8 @@ export interface StoredResponse {
 }
 
 /**
- * How a large answer is kept (see `run`'s `byRef`): its status and headers, and instead of its body the
- * job whose stored answer (job_results) it is, read back with `recover` on a replay.
+ * How a large answer is kept: its status and headers, and instead of its body the job whose stored
+ * answer (job_results) it is, read back with `recover` on a replay.
  */
 interface StoredReference {
   status: number;
@@ -125,10 +125,10 @@ export class Idempotency {
     private readonly prefix: string,
     private readonly leaseMs = LEASE_MS,
     /**
-     * Bounds what one entry keeps in Redis. A body larger than `inlineBytes` that the caller cannot
-     * name by reference (`byRef`) is kept by reference to its one job when `recover` can read that job
-     * back (MCP tools/call), else whole for `largeTtlSeconds` only (calls paid per call, whose answers
-     * no key can read later), so answers cannot pile up in Redis for a day.
+     * Bounds what one entry keeps in Redis. An entry larger than `inlineBytes` keeps a reference to its
+     * job (the response's `x-job-id`, else the one job it queued) when `recover` can read that job back
+     * (REST, POST /, chat, MCP), else the whole body for `largeTtlSeconds` only (calls paid per call,
+     * whose answers no key can read later), so answers cannot pile up in Redis for a day.
      */
     private readonly bounds: { inlineBytes: number; largeTtlSeconds: number } = { inlineBytes: Infinity, largeTtlSeconds: TTL_SECONDS },
   ) {
@@ -159,12 +159,6 @@ export class Idempotency {
     fingerprint: string,
     exec: (track: TrackJob) => Promise<StoredResponse>,
     recover?: (jobIds: string[]) => Promise<StoredResponse | null>,
-    /**
-     * With `recover`: the job whose stored answer a response's body is, when the body is too large to
-     * keep here (the entry lives a day; the answer is in job_results already). A replay then reads the
-     * body back through `recover`. Null: kept whole.
-     */
-    byRef?: (response: StoredResponse) => string | null,
   ): Promise<StoredResponse & { replayed: boolean }> {
     if (!KEY_RE.test(idemKey)) throw new AppError('invalid_input', 'Idempotency-Key must be 1 to 255 printable ASCII characters');
     const key = this.key(scope, idemKey);
@@ -235,12 +229,14 @@ export class Idempotency {
     clearInterval(renew);
     if (response.status >= 500 || response.status === 429) await this.redis.tgIdemDrop(1, key, token);
     else {
-      let ref = recover && byRef ? byRef(response) : null;
-      const whole = ref ? null : JSON.stringify({ state: 'done', fingerprint, response } satisfies Entry);
-      const large = whole !== null && Buffer.byteLength(whole) > this.bounds.inlineBytes;
-      if (large && recover && !byRef && tracked.length === 1 && response.status < 300) ref = tracked[0]!;
+      // Serialised once: its length decides how the entry is kept, and a small one is written as it is.
+      const whole = JSON.stringify({ state: 'done', fingerprint, response } satisfies Entry);
+      const large = Buffer.byteLength(whole) > this.bounds.inlineBytes;
+      // A large success is its job's stored answer: the entry names the job (the response's own, else its
+      // only one) and a replay reads the body back through `recover`, as a retry after a crash would.
+      const ref = large && recover && response.status < 300 ? (response.headers['x-job-id'] ?? (tracked.length === 1 ? tracked[0] : undefined)) : undefined;
       if (ref) await this.store(key, fingerprint, { status: response.status, headers: response.headers, body: null, ref });
-      else await this.redis.set(key, whole!, 'EX', large ? Math.min(this.bounds.largeTtlSeconds, TTL_SECONDS) : TTL_SECONDS);
+      else await this.redis.set(key, whole, 'EX', large ? Math.min(this.bounds.largeTtlSeconds, TTL_SECONDS) : TTL_SECONDS);
     }
     return { ...response, replayed };
   }

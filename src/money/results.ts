@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { sql, type DatabasePool } from '../db/pool.js';
 import { AppError } from '../errors.js';
 import type { Redis } from '../queue/redis.js';
+import { storedAnswer } from '../queue/result-refs.js';
 import type { StoredOutcome } from './settlement.js';
 
 /**
@@ -127,7 +128,7 @@ export class ResultsStore {
 
   /** The body GET /jobs/{id} answers for a stored completed job (a failed one is thrown by the caller). */
   static answer(jobId: string, r: StoredOutcome): Record<string, unknown> {
-    return { job_id: jobId, status: 'completed', ...r.body, ...(r.truncated ? { truncated: true } : {}) };
+    return { job_id: jobId, status: 'completed', ...storedAnswer(r) };
   }
 
   /** A key's calls (with those of the keys it replaced), newest first. */

@@ -1,6 +1,5 @@
-import { createDecipheriv } from 'node:crypto';
 import type { Logger } from 'pino';
-import { passportKey } from '../access/passports.js';
+import { openSealed, passportKey } from '../access/passports.js';
 import type { Container } from '../container.js';
 import { isCluster } from '../queue/redis.js';
 
@@ -54,11 +53,7 @@ export async function warnUnopenableSealed(c: Pick<Container, 'config' | 'redis'
   }
 }
 
-/**
- * Passport records are hashes at `<namespace>:p:<handle>` whose `meta` is sealed as src/access/passports.ts
- * seals it: version byte 1, 12-byte IV, 16-byte GCM tag, ciphertext, with `<namespace>|<handle>|meta`
- * as additional data.
- */
+/** Passport records are hashes at `<namespace>:p:<handle>` whose `meta` is sealed with `<namespace>|<handle>|meta` as additional data. */
 async function samplePassports(c: Pick<Container, 'config' | 'redis'>): Promise<{ sampled: number; unopenable: number }> {
   const key = passportKey(c.config);
   const servers = isCluster(c.redis) ? c.redis.nodes('master') : [c.redis];
@@ -79,21 +74,7 @@ async function samplePassports(c: Pick<Container, 'config' | 'redis'>): Promise<
     if (!blob) continue; // expired meanwhile
     sampled++;
     const at = k.lastIndexOf(':p:');
-    if (!opens(key, blob, `${k.slice(0, at)}|${k.slice(at + 3)}|meta`)) unopenable++;
+    if (!openSealed(key, blob, `${k.slice(0, at)}|${k.slice(at + 3)}|meta`)) unopenable++;
   }
   return { sampled, unopenable };
-}
-
-function opens(key: Buffer, blob: Buffer, aad: string): boolean {
-  if (blob.length < 29 || blob[0] !== 1) return false;
-  try {
-    const decipher = createDecipheriv('aes-256-gcm', key, blob.subarray(1, 13));
-    decipher.setAAD(Buffer.from(aad, 'utf8'));
-    decipher.setAuthTag(blob.subarray(13, 29));
-    decipher.update(blob.subarray(29));
-    decipher.final();
-    return true;
-  } catch {
-    return false;
-  }
 }

@@ -147,7 +147,7 @@ export class JobQueues {
   }
 
   private async finished(job: Job<CallJobData, JobReturn>, status: 'completed' | 'failed'): Promise<JobView> {
-    if (status === 'completed') return { state: 'completed', data: job.data, value: (await this.refs?.maybe(job.id!, job.returnvalue)) ?? (job.returnvalue as CallResult) };
+    if (status === 'completed') return { state: 'completed', data: job.data, value: await this.resolve(job.id!, job.returnvalue) };
     return { state: 'failed', data: job.data, error: decodeFailure(job.failedReason) };
   }
 

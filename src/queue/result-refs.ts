@@ -72,11 +72,6 @@ export class ResultRefs {
     }
     throw new AppError('not_found', `The answer of job ${jobId} is no longer stored`);
   }
-
-  /** `resolve` for a value that may be missing (a job that returned nothing). */
-  async maybe(jobId: string, value: JobReturn | null | undefined): Promise<CallResult | null | undefined> {
-    return isResultRef(value) ? this.resolve(jobId, value) : (value as CallResult | null | undefined);
-  }
 }
 
 /** References resolved from job_results and the job records. */

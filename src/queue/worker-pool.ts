@@ -77,6 +77,17 @@ class FairShare {
  * One BullMQ worker per tool family, each sized by its CONCURRENCY_<FAMILY> setting. The processor only
  * adapts a BullMQ job to the ToolRunner, so HTTP and the queue run the same service code.
  */
+/**
+ * A job that failed for good keeps its error, not the caller's input (retries, which need it, are
+ * over). Best effort: the job leaves Redis after JOB_REDIS_RETENTION_SECONDS anyway.
+ */
+export async function dropJobInput(job: Job<CallJobData, unknown>, log?: Pick<Logger, 'warn'>): Promise<void> {
+  if (job.data.inputDropped) return;
+  await job
+    .updateData({ ...job.data, input: {}, inputDropped: true })
+    .catch((err: Error) => log?.warn({ err: err.message, job: job.id }, "dropping a failed job's input failed"));
+}
+
 export class WorkerPool {
   private readonly workers: Worker[] = [];
   private readonly redis: Redis;
@@ -228,7 +239,7 @@ export class WorkerPool {
         if (ephemeral) await this.deps.records.put(job.id!, { state: 'failed', error: e.error.toJSON(), ...record });
         if (job.data.eventLog) await logEvent({ type: 'step', job: job.id!, outcome: 'failed', error: e.error.toJSON() });
         // A failed job keeps its error, not the caller's input (retries, which need it, are over).
-        if (!ephemeral) await this.dropInput(job);
+        if (!ephemeral) await dropJobInput(job, this.deps.log);
         throw new UnrecoverableError(encodeFailure(e.error));
       }
       throw new Error(encodeFailure(e.error));
@@ -257,12 +268,6 @@ export class WorkerPool {
       this.deps.log.warn({ err: (err as Error).message, job: job.id }, 'job record write failed; the answer stays in the job');
       return value;
     }
-  }
-
-  /** Replaces a failed job's input by nothing (best effort: the job is removed after JOB_REDIS_RETENTION_SECONDS anyway). */
-  private async dropInput(job: Job<CallJobData, JobReturn>): Promise<void> {
-    const { input: _input, ...rest } = job.data;
-    await job.updateData({ ...rest, input: {}, inputDropped: true }).catch((err: Error) => this.deps.log.warn({ err: err.message, job: job.id }, 'dropping a failed job\'s input failed'));
   }
 
   /**

@@ -52,19 +52,6 @@ export async function answerFromJob(req: FastifyRequest, caller: KeyCaller, jobI
   return { status: 200, headers: { 'x-job-id': jobId }, body: rest };
 }
 
-/** Stands for "answer from the job as POST /tools or POST / would" (answerFromJob) in sendIdempotent's signature. */
-const defaultRecover = async (): Promise<StoredResponse | null> => null;
-
-/** The job id of a 200 whose body is larger than `inline` bytes of JSON (its answer is in job_results). */
-function largeAnswerRef(inline: number) {
-  return (r: StoredResponse): string | null => {
-    const jobId = r.headers['x-job-id'];
-    if (r.status !== 200 || !jobId) return null;
-    const json = JSON.stringify(r.body) ?? '';
-    return json.length > inline ? jobId : null;
-  };
-}
-
 /**
  * Runs `exec` under the request's Idempotency-Key when it has one: a retry with the same key and body
  * answers with the first response and runs nothing. `exec` passes `track` on as its calls' onJobId,
@@ -75,17 +62,15 @@ export async function sendIdempotent(
   reply: FastifyReply,
   caller: KeyCaller,
   exec: (track?: TrackJob) => Promise<StoredResponse>,
-  recover: (jobIds: string[]) => Promise<StoredResponse | null> = defaultRecover,
+  recover: (jobIds: string[]) => Promise<StoredResponse | null> = (ids) => answerFromJob(req, caller, ids),
 ) {
   const idemKey = req.headers['idempotency-key'];
   let res: StoredResponse;
   if (typeof idemKey === 'string') {
     const { idempotency } = req.server.container.api!;
     const fingerprint = Idempotency.fingerprint(req.method, req.url, req.body);
-    // A large answer of a call made with a key is in job_results: the entry keeps a reference to it, read
-    // back as a retry after a crash would be (only with the default recover, which answers exactly that).
-    const byRef = recover === defaultRecover ? largeAnswerRef(req.server.container.config.JOB_RESULT_INLINE_BYTES) : undefined;
-    const out = await idempotency.run(caller.keyId, idemKey, fingerprint, exec, recover === defaultRecover ? (ids) => answerFromJob(req, caller, ids) : recover, byRef);
+    // A large answer is kept as a reference to its job and read back through `recover` (src/calls/idempotency.ts).
+    const out = await idempotency.run(caller.keyId, idemKey, fingerprint, exec, recover);
     if (out.replayed) reply.header('idempotent-replayed', 'true');
     res = out;
     if (out.replayed && out.status >= 400) {

@@ -4,16 +4,6 @@ import type { KeyCaller } from '../services/auth.js';
 import type { CallbackSource, Webhooks } from '../calls/webhooks.js';
 import { requireKeyOwner } from '../access/keys.js';
 
-/**
- * Only the account's current production key reads or rolls the webhook secret (src/access/keys.ts):
- * the secret would let any other key (a sub-key with a budget, an agent's or sandbox key, a rotated
- * key in its grace) forge deliveries the account's receiver trusts. Their calls' deliveries are still
- * signed with the account's secret.
- */
-function requireOwner(caller: KeyCaller, action: string): void {
-  requireKeyOwner(caller, action);
-}
-
 function webhooksOf(app: FastifyInstance): Webhooks {
   const w = app.container.webhooks;
   if (!w) throw new AppError('service_unavailable', 'Webhooks are not available in this process');
@@ -75,17 +65,19 @@ export async function acceptCallback(
 }
 
 export async function webhookRoutes(app: FastifyInstance): Promise<void> {
-  // The account's signing secret (created on first use), and rolling it.
+  // The account's signing secret (created on first use), and rolling it. Only the account's current
+  // production key (src/access/keys.ts): the secret would let any other key (a sub-key, an agent's or
+  // sandbox key, a rotated key in its grace) forge deliveries the account's receiver trusts.
   app.get('/webhooks/secret', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
-    requireOwner(caller, "read the account's webhook secret");
+    requireKeyOwner(caller, "read the account's webhook secret");
     reply.header('cache-control', 'no-store');
     return { secret: await webhooksOf(app).secrets.get(caller.accountId) };
   });
 
   app.post('/webhooks/secret', async (req, reply) => {
     const caller = await app.authenticate(req, reply);
-    requireOwner(caller, "roll the account's webhook secret");
+    requireKeyOwner(caller, "roll the account's webhook secret");
     reply.header('cache-control', 'no-store');
     return { secret: await webhooksOf(app).secrets.roll(caller.accountId) };
   });

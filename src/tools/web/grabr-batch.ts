@@ -8,6 +8,7 @@ import { normalisePlainText } from './extract.js';
 import { createRobots, type Robots } from './robots.js';
 import { FieldsSchema, scrapePage, ScrapeResultSchema } from './grabr-scrape.js';
 import type { FieldSpec } from './scrape-html.js';
+import { cutToJsonBytes, jsonBytes } from './answer-size.js';
 
 /**
  * grabr_batch: many pages in one call. Each URL is read through robots.txt and the guard like the
@@ -72,27 +73,13 @@ type ItemResult = Extract<Item, { ok: true }>['result'];
 /** Room kept in the answer besides its items ({"items":[...]}). */
 const ANSWER_OVERHEAD = 1_024;
 
-/** The longest start of `text` whose JSON string takes at most `maxBytes` bytes (never splitting a surrogate pair). */
-function cutToJsonBytes(text: string, maxBytes: number): string {
-  const fits = (n: number) => Buffer.byteLength(JSON.stringify(text.slice(0, n))) <= maxBytes;
-  let lo = 0;
-  let hi = text.length;
-  while (lo < hi) {
-    const mid = Math.ceil((lo + hi) / 2);
-    if (fits(mid)) lo = mid;
-    else hi = mid - 1;
-  }
-  const code = text.charCodeAt(lo - 1);
-  return text.slice(0, code >= 0xd800 && code <= 0xdbff ? lo - 1 : lo);
-}
-
 /**
  * Holds the answer to `budget` JSON bytes (the service refuses a larger one): when the items take more,
  * the longest text items are cut to a common length (each one's text ends earlier, `truncated: true`),
  * so short pages stay whole. Scrape items got their share of the budget beforehand.
  */
 export function fitItems(items: Item[], budget: number): void {
-  const sizes = items.map((i) => Buffer.byteLength(JSON.stringify(i)) + 1);
+  const sizes = items.map((i) => jsonBytes(i) + 1);
   const total = sizes.reduce((a, b) => a + b, 0);
   if (total <= budget) return;
   const cuttable = items.flatMap((it, i) => (it.ok && it.result.kind === 'text' ? [i] : []));
@@ -115,7 +102,7 @@ export function fitItems(items: Item[], budget: number): void {
     const excess = sizes[i]! - level;
     if (excess <= 0) continue;
     const r = (items[i] as Extract<Item, { ok: true }>).result as Extract<ItemResult, { kind: 'text' }>;
-    const textBytes = Buffer.byteLength(JSON.stringify(r.text));
+    const textBytes = jsonBytes(r.text);
     r.text = cutToJsonBytes(r.text, Math.max(0, textBytes - excess - 16));
     r.truncated = true;
   }

@@ -7,6 +7,7 @@ import { webUrl } from './grabr-input.js';
 import { fetchPage, isHtml, itemError } from './grabr-page.js';
 import type { PostalAddress } from './contact-parse.js';
 import { createRobots } from './robots.js';
+import { jsonBytes } from './answer-size.js';
 
 /**
  * grabr_contact: the published contact points of a site. Reads the page asked for, then pages on the
@@ -159,9 +160,9 @@ const LISTS = ['emails', 'phones', 'socials', 'addresses', 'forms'] as const;
  * the most bytes, and the answer says `truncated: true`.
  */
 function withinSize(out: ContactResult, budget: number): ContactResult {
-  let size = Buffer.byteLength(JSON.stringify(out));
+  let size = jsonBytes(out);
   if (size <= budget) return out;
-  const sizes = Object.fromEntries(LISTS.map((k) => [k, (out[k] as unknown[]).map((i) => Buffer.byteLength(JSON.stringify(i)) + 1)])) as Record<(typeof LISTS)[number], number[]>;
+  const sizes = Object.fromEntries(LISTS.map((k) => [k, (out[k] as unknown[]).map((i) => jsonBytes(i) + 1)])) as Record<(typeof LISTS)[number], number[]>;
   const total = (k: (typeof LISTS)[number]) => sizes[k].reduce((a, b) => a + b, 0);
   const totals = Object.fromEntries(LISTS.map((k) => [k, total(k)])) as Record<(typeof LISTS)[number], number>;
   while (size > budget) {

@@ -6,6 +6,7 @@ import { webUrl } from './grabr-input.js';
 import { itemError } from './grabr-page.js';
 import { entriesOf, sameSite, siteOf, type SitemapEntry } from './sitemap-task.js';
 import { assertPageOk, createRobots, grabrFetch } from './robots.js';
+import { jsonBytes } from './answer-size.js';
 
 /**
  * grabr_sitemap: discovers and flattens a site's sitemaps. Starting points: the URL itself when its
@@ -189,7 +190,7 @@ async function flatten(input: z.output<typeof Input>, ctx: ToolContext): Promise
             used++;
             continue;
           }
-          const bytes = Buffer.byteLength(JSON.stringify(e)) + 1;
+          const bytes = jsonBytes(e) + 1;
           if (urlsBytes + bytes + sourcesBytes + sourceRoom > budget) {
             full = true;
             break;
@@ -226,7 +227,7 @@ async function flatten(input: z.output<typeof Input>, ctx: ToolContext): Promise
       source.error = itemError(e);
       failures.set(source, e);
     }
-    sourcesBytes += Buffer.byteLength(JSON.stringify(source)) + 1;
+    sourcesBytes += jsonBytes(source) + 1;
   }
   await ctx.progress({ stage: 'sitemaps', done: sources.length, total: sources.length, unit: 'files' });
   if (!sources.some((s) => s.error === null)) {

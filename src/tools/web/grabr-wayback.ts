@@ -7,6 +7,7 @@ import { runTask } from '../../sandbox/tasks.js';
 import { defineTool, type ToolContext } from '../types.js';
 import { httpUrlField } from './web-common.js';
 import { normalisePlainText } from './extract.js';
+import { jsonBytes } from './answer-size.js';
 
 /**
  * grabr_wayback: a URL's capture history from the Wayback Machine's CDX API (WAYBACK_CDX_URL,
@@ -261,7 +262,6 @@ async function lookUp(input: WaybackInput, ctx: ToolContext, cdxUrl: string, bas
   );
 }
 
-const bytesOf = (v: unknown) => Buffer.byteLength(JSON.stringify(v));
 
 /**
  * Holds the answer to `budget` JSON bytes (the service refuses a larger one; long archived URLs make
@@ -269,20 +269,20 @@ const bytesOf = (v: unknown) => Buffer.byteLength(JSON.stringify(v));
  * keeps least (the oldest for `newest`), each said in `notes`.
  */
 function withinSize(out: Omit<GrabrWaybackOutput, 'cached'>, order: 'newest' | 'oldest', budget: number): Omit<GrabrWaybackOutput, 'cached'> {
-  let size = bytesOf(out) + 20;
+  let size = jsonBytes(out) + 20;
   if (size <= budget) return out;
   const room = 200;
   if (out.snapshot && out.snapshot.text.length) {
     const over = size - budget;
-    const textBytes = bytesOf(out.snapshot.text);
+    const textBytes = jsonBytes(out.snapshot.text);
     // Cut the text (by characters, to at most what the budget leaves it), keeping at least the captures' room.
     let text = out.snapshot.text;
     const target = Math.max(0, textBytes - over - room);
-    while (text.length && bytesOf(text) > target) text = text.slice(0, Math.floor(text.length * Math.max(0.5, target / bytesOf(text))));
+    while (text.length && jsonBytes(text) > target) text = text.slice(0, Math.floor(text.length * Math.max(0.5, target / jsonBytes(text))));
     if (text.length < out.snapshot.text.length) {
       out.notes.push('snapshot text cut to stay within the answer size limit (TOOL_MAX_RESULT_BYTES)');
       out.snapshot = { ...out.snapshot, text, truncated: true };
-      size = bytesOf(out) + 20;
+      size = jsonBytes(out) + 20;
     }
   }
   if (size > budget && out.captures.length) {
@@ -290,7 +290,7 @@ function withinSize(out: Omit<GrabrWaybackOutput, 'cached'>, order: 'newest' | '
     let dropped = 0;
     while (captures.length && size > budget) {
       const c = order === 'newest' ? captures.shift()! : captures.pop()!;
-      size -= bytesOf(c) + 1;
+      size -= jsonBytes(c) + 1;
       dropped++;
     }
     out.notes.push(`${dropped} ${order === 'newest' ? 'oldest' : 'newest'} capture${dropped > 1 ? 's' : ''} left out to stay within the answer size limit (TOOL_MAX_RESULT_BYTES)`);

@@ -1,6 +1,7 @@
 import { load, loadBuffer, type CheerioAPI } from 'cheerio';
 import { AppError } from '../../errors.js';
 import { extractHtml, htmlCapOffset, MAX_TEXT_CHARS } from './extract.js';
+import { jsonBytes } from './answer-size.js';
 
 /**
  * HTML pool tasks of the grabr_* tools (grabr_scrape, grabr_batch's scrape and meta modes). Parsing
@@ -248,7 +249,6 @@ export function scrapeTask(input: ScrapeTaskInput): ScrapeTaskOutput {
   );
 }
 
-const jsonBytes = (v: unknown) => Buffer.byteLength(JSON.stringify(v));
 
 /**
  * Keeps a scrape answer within `max` JSON bytes (multi-byte text can triple a character cap's size):
