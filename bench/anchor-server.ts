@@ -12,8 +12,8 @@ import { randomUUID } from 'node:crypto';
 import Fastify from 'fastify';
 import { Queue, QueueEvents } from 'bullmq';
 import { loadConfig } from '../src/config.js';
-import { connectionOptions } from '../src/plugins/connections.js';
-import { installJsonBodyParser } from '../src/plugins/json-body.js';
+import { connectionOptions } from '../src/faces/http/plugins/connections.js';
+import { installJsonBodyParser } from '../src/faces/http/plugins/json-body.js';
 import { connectCommandRedis } from '../src/queue/redis.js';
 
 const config = loadConfig(process.env, { LOG_LEVEL: 'warn' });

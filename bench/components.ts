@@ -15,7 +15,7 @@ import { connectRedis, deleteByPrefix, type Redis } from '../src/queue/redis.js'
 import { queuePrefix } from '../src/queue/keyspace.js';
 import { CreditReservations } from '../src/money/holds.js';
 import { Settler, type Settlement } from '../src/money/settlement.js';
-import { AccountsRepo } from '../src/db/accounts-repo.js';
+import { AccountsRepo } from '../src/access/accounts.js';
 import { openPool } from '../src/db/pool.js';
 
 /** used_cpu_user + used_cpu_sys of the Redis server, in ms. */

@@ -137,7 +137,7 @@ async function startLocalService(): Promise<{ url: string; apiKey: string; stop(
       import('../src/app.js'),
       import('../src/bootstrap.js'),
       import('../src/container.js'),
-      import('../src/services/admin.js'),
+      import('../src/ops/admin.js'),
       import('../src/config.js'),
     ]);
   configOrDie(); // reports a bad environment the way the server does

@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import { clusterUrlOf } from './queue/redis.js';
 
 /** Tool families: each has its own BullMQ queue and worker pool. */
 export const FAMILIES = ['core', 'web', 'llm', 'edge', 'text', 'math', 'media'] as const;
@@ -375,4 +374,27 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     throw new ConfigError(lines.length === 1 ? `Invalid configuration: ${lines[0]}` : `Invalid configuration:\n${lines.map((l) => `  ${l}`).join('\n')}`);
   }
   return parsed.data;
+}
+
+/**
+ * Production: NODE_ENV=production, or the compiled build (this module loaded as dist/…/embedded.js,
+ * which is what `start:prod*`, `migrate:prod`, `admin:prod` and the Docker image run). There an unset
+ * URL means its default and nothing is started; a literal `embedded` is explicit and still honoured.
+ */
+export function isProduction(env: NodeJS.ProcessEnv = process.env): boolean {
+  return env.NODE_ENV === 'production' || import.meta.url.endsWith('.js');
+}
+
+/** `redis+cluster://host:port,...` from REDIS_CLUSTER_NODES, keeping REDIS_URL's credentials and TLS. */
+export function clusterUrlOf(nodes: string[], redisUrl: string): string {
+  let auth = '';
+  let scheme = 'redis';
+  try {
+    const u = new URL(redisUrl);
+    if (u.protocol === 'rediss:') scheme = 'rediss';
+    if (u.username || u.password) auth = `${u.username}${u.password ? `:${u.password}` : ''}@`;
+  } catch {
+    /* `embedded` or a cluster URL: no credentials to carry over */
+  }
+  return `${scheme}+cluster://${auth}${nodes.join(',')}`;
 }

@@ -1,8 +1,10 @@
 /**
  * One error model. Services throw AppError with a code from this closed set; the single Fastify
- * error handler (src/plugins/error-handler.ts) turns it into the envelope
+ * error handler (src/faces/http/plugins/errors.ts) turns it into the envelope
  * {"error": {"code", "message", "request_id", ...details}}.
  */
+import type { ZodError, ZodTypeAny, z } from 'zod';
+
 export const ERROR_STATUS = {
   invalid_input: 400,
   unauthorized: 401,
@@ -115,4 +117,18 @@ export function isAppError(e: unknown): e is AppError {
 
 export function envelope(err: AppError, requestId: string) {
   return { error: { code: err.code, message: err.message, request_id: requestId, ...err.details } };
+}
+
+/** A zod failure as the envelope's `invalid_input`, naming each failing field. */
+export function invalidInput(error: ZodError, what = 'Request is invalid'): AppError {
+  const issues = error.issues.map((i) => ({ path: i.path, message: i.message }));
+  const first = issues[0];
+  const where = first && first.path.length ? `${first.path.join('.')}: ` : '';
+  return new AppError('invalid_input', `${what}: ${where}${first?.message ?? 'invalid'}`, { issues });
+}
+
+export function parseOrThrow<S extends ZodTypeAny>(schema: S, value: unknown, what?: string): z.output<S> {
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) throw invalidInput(parsed.error, what);
+  return parsed.data;
 }

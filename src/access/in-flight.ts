@@ -3,10 +3,22 @@ import { ACCOUNT_SHARDS, accountTag, shardTag } from '../queue/keyspace.js';
 import type { Config } from '../config.js';
 import { AppError } from '../errors.js';
 import type { Plan } from '../tools/types.js';
-import type { SlotClaim } from '../money/holds.js';
 
 /** Jobs in flight (queued or running) each account may have, by plan; enterprise is set per account. */
 export const PLAN_MAX_IN_FLIGHT: Record<Exclude<Plan, 'enterprise'>, number> = { free: 2, starter: 5, pro: 20 };
+
+/** The slots in flight an admission takes with its holds (InFlightSlots.claim; money/holds.ts RESERVE takes them). */
+export interface SlotClaim {
+  /** The owner's slots and its shard's owner registry, in the account's cluster slot. */
+  keys: string[];
+  owner: string;
+  cap: number;
+  jobIds: string[];
+  /** At the cap: drops dead slots; true when some went (admission is then tried once more). */
+  reap: () => Promise<boolean>;
+  /** The 429 for an owner at its cap with `count` jobs in flight. */
+  refuse: (count: number) => Error;
+}
 
 /** Whose slots a job holds: its account, or for a call paid per call, its payer's address. */
 export function slotOwner(data: { accountId: string | null; payer: string | null }): string | null {

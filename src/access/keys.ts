@@ -1,6 +1,6 @@
 import { AppError } from '../errors.js';
-import type { KeyCaller } from '../services/auth.js';
-import type { KeyType } from '../services/keys.js';
+import type { KeyCaller } from './auth.js';
+import type { KeyType } from './key-format.js';
 
 /**
  * Who may manage what. A leaked key is the case to design for: the owner rotates it, then revokes

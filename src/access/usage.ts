@@ -1,5 +1,5 @@
-import type { KeyCaller } from '../services/auth.js';
-import type { UsageScope } from '../db/accounts-repo.js';
+import type { KeyCaller } from './auth.js';
+import type { UsageScope } from './accounts.js';
 
 /**
  * What GET /usage and GET /usage/entries may show a caller. Production, agent and VIP keys see the

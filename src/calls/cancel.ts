@@ -10,8 +10,8 @@ import { FlowRecords, type FlowRecord } from '../queue/flows.js';
 import type { CreditReservations } from '../money/holds.js';
 import type { ResultsStore, StoredResult } from '../money/results.js';
 import { slotOwner, type InFlightSlots } from '../access/in-flight.js';
-import type { KeyCaller } from '../services/auth.js';
-import type { CallJobData } from '../services/runner.js';
+import type { KeyCaller } from '../access/auth.js';
+import { cancelKey, cancelChannel, cancelledError, type CallJobData } from '../queue/call-job.js';
 
 /**
  * DELETE /jobs/{id}. Whether a job ends cancelled or charged is decided in Postgres, where settlement
@@ -26,24 +26,6 @@ import type { CallJobData } from '../services/runner.js';
  * removed from BullMQ here and its hold and in-flight slot given back; a running one is ended by its
  * worker, which gives them back.
  */
-
-/** The pub/sub channel that carries cancelled job ids. */
-export function cancelChannel(prefix: string): string {
-  return `${prefix}:cancels`;
-}
-
-/** Marker of a cancelled job, for a worker that starts it after the message went by. */
-export function cancelKey(prefix: string, jobId: string): string {
-  return `${prefix}:cancel:${jobId}`;
-}
-
-/** A cancelled job's error, as its waiting caller, GET /jobs/{id} and its stream see it. */
-export function cancelledError(): AppError {
-  return new AppError('cancelled', 'The job was cancelled (DELETE /jobs/{id}) before it finished; it was not charged');
-}
-
-/** Reason a cancelled job's signal is aborted with (the runner tells a cancel from a shutdown by it). */
-export const JOB_CANCELLED = new Error('job cancelled');
 
 type StepAnswer = { tool: string; job_id: string; status: 'completed' | 'failed' | 'cancelled'; cost_cents: number };
 

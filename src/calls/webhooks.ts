@@ -10,7 +10,7 @@ import { ResultsStore } from '../money/results.js';
 import { connectRedis, type Redis } from '../queue/redis.js';
 import { accountTag, queuePrefix } from '../queue/keyspace.js';
 import { familyOfJob, queueName } from '../queue/queues.js';
-import type { EdgeTokenSealer } from '../services/edge-token.js';
+import type { EdgeTokenSealer } from '../access/edge-token.js';
 import { PinnedAgent, vetDestination, withoutAddresses } from '../tools/web/net-guard.js';
 import { pgSafeValue } from '../db/pg-text.js';
 import { createResolver, type DnsResolver } from '../tools/web/resolver.js';
@@ -31,7 +31,7 @@ export const WEBHOOK_QUEUE = 'webhooks';
  * Chain and parallel requests end in several jobs, with no single settlement to hang a delivery on:
  * a `watch` job per request waits (re-delayed, not retried) until the whole request has ended, then
  * stores its body and queues the delivery. Its worker runs in API processes, which can assemble a
- * request's body (src/services/protocol.ts); it lives in Redis, so any API replica picks it up.
+ * request's body (src/calls/protocol.ts); it lives in Redis, so any API replica picks it up.
  */
 export const WEBHOOK_WATCH_QUEUE = 'webhook-watch';
 /** A request whose outcome is still unknown after this long is given up (its steps have long timed out). */

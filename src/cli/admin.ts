@@ -8,13 +8,13 @@ import { checkServices, die, runMigrations, makeLogger } from '../bootstrap.js';
 import { ConfigError, loadConfig } from '../config.js';
 import { stopEmbedded } from '../ops/embedded.js';
 import { openPool } from '../db/pool.js';
-import { AccountsRepo } from '../db/accounts-repo.js';
+import { AccountsRepo } from '../access/accounts.js';
 import { connectRedis } from '../queue/redis.js';
 import { CreditReservations } from '../money/holds.js';
-import { AdminService } from '../services/admin.js';
+import { AdminService } from '../ops/admin.js';
 import { AppError, isAppError } from '../errors.js';
 import { PLANS } from '../tools/types.js';
-import { parseOrThrow } from '../services/validation.js';
+import { parseOrThrow } from '../errors.js';
 import { PartnerCode } from '../money/partners.js';
 import {
   FacilitatorSettler,

@@ -4,7 +4,7 @@
  * `\u0000` and a lone `\ud800` ("unsupported Unicode escape sequence", "Unicode low surrogate must
  * follow a high surrogate"), and a lone surrogate sent as `text` arrives as U+FFFD. Two rules follow:
  *
- * - At the door (src/plugins/input-guard.ts, src/plugins/json-body.ts) a request whose path, query,
+ * - At the door (src/faces/http/plugins/input-guard.ts, src/faces/http/plugins/json-body.ts) a request whose path, query,
  *   headers or JSON body carries such a character is `400 invalid_input`: it never reaches a query.
  * - What the service writes that a caller did not send as such (a tool's answer, a chain's body) goes
  *   through `pgSafeJson` / `pgSafeValue` on its way to `jsonb`: each such character becomes U+FFFD.

@@ -1,9 +1,9 @@
 import type { Redis } from '../queue/redis.js';
 import { ACCOUNT_SHARDS, accountTag, shardTag } from '../queue/keyspace.js';
 import { AppError } from '../errors.js';
-import type { AccountsRepo } from '../db/accounts-repo.js';
-import { inFlightKey } from '../access/in-flight.js';
-import { SLIDE_FN, type DeferredHit } from '../services/rate-limit.js';
+import type { AccountsRepo } from '../access/accounts.js';
+import { inFlightKey, type SlotClaim } from '../access/in-flight.js';
+import { SLIDE_FN, type DeferredHit } from '../access/rate-limit.js';
 
 /**
  * Credit reservation. Postgres holds the durable balance and the ledger; Redis holds, per account,
@@ -43,7 +43,7 @@ end
 // it), a slot in flight per job under the owner's cap, and the holds of the paid ones against avail
 // (and the sub-key's month). The hit counts whatever follows (as it would at the door); slots and
 // holds are all or nothing. The slot keys are InFlightSlots' (src/access/in-flight.ts) and the window
-// is RateLimiter's (src/services/rate-limit.ts), all in the account's cluster slot.
+// is RateLimiter's (src/access/rate-limit.ts), all in the account's cluster slot.
 // KEYS: avail, holds, subuse (without a sub-key, an unused name in the account's slot), accounts, slots, owners,
 //       rate-limit window (without a hit, an unused name in the account's slot)
 // ARGV: limit(-1 = no sub-key), n, then n pairs of holdId, amount, then accountId, cap, now, m, m slot ids, owner,
@@ -239,19 +239,6 @@ return {1, cur and tonumber(cur) or -1, expected, availOff + subOff, dropped}
 export interface Hold {
   holdId: string;
   amount: number;
-}
-
-/** The slots in flight an admission takes with its holds (InFlightSlots.claim, src/access/in-flight.ts). */
-export interface SlotClaim {
-  /** The owner's slots and its shard's owner registry, in the account's cluster slot. */
-  keys: string[];
-  owner: string;
-  cap: number;
-  jobIds: string[];
-  /** At the cap: drops dead slots; true when some went (admission is then tried once more). */
-  reap: () => Promise<boolean>;
-  /** The 429 for an owner at its cap with `count` jobs in flight. */
-  refuse: (count: number) => Error;
 }
 
 export interface SubKeyLimit {

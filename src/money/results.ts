@@ -4,7 +4,7 @@ import { sql, type DatabasePool } from '../db/pool.js';
 import { AppError } from '../errors.js';
 import type { Redis } from '../queue/redis.js';
 import { storedAnswer } from '../queue/result-refs.js';
-import type { StoredOutcome } from './settlement.js';
+import type { StoredOutcome } from '../queue/call-job.js';
 
 /**
  * Reads of `job_results` (migrations/005_job_results.sql), the Postgres copy of every keyed call's

@@ -3,6 +3,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { CreditReservations } from './holds.js';
 import type { Metrics } from '../ops/metrics.js';
+import type { StoredOutcome } from '../queue/call-job.js';
 import { pgSafeJson } from '../db/pg-text.js';
 
 /**
@@ -35,15 +36,6 @@ export interface Settlement {
   callbackUrl?: string;
   /** The job whose slot in flight (its account's) is given back once it is settled completed. */
   slotId?: string;
-}
-
-/** An outcome already stored for a job (it was settled before: a redelivery). */
-export interface StoredOutcome {
-  /** cancelled: DELETE /jobs/{id} won before the job settled (migrations/009_cancel.sql); never charged. */
-  status: 'completed' | 'failed' | 'cancelled';
-  /** completed: the CallResult as answered then; failed, cancelled: the error. */
-  body: Record<string, unknown>;
-  truncated: boolean;
 }
 
 export interface Settled {

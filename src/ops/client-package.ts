@@ -11,7 +11,7 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { gzipSync } from 'node:zlib';
-import { API_VERSION } from '../services/catalogue.js';
+import { API_VERSION } from '../calls/catalogue.js';
 
 export const CLIENT_PACKAGE_NAME = 'tollgate-mcp';
 

@@ -24,7 +24,9 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import type { Config } from '../config.js';
+import { isProduction, type Config } from '../config.js';
+
+export { isProduction };
 
 export const EMBEDDED = 'embedded';
 
@@ -41,15 +43,6 @@ const owned: Owned[] = [];
 let exitHookInstalled = false;
 
 export class EmbeddedError extends Error {}
-
-/**
- * Production: NODE_ENV=production, or the compiled build (this module loaded as dist/…/embedded.js,
- * which is what `start:prod*`, `migrate:prod`, `admin:prod` and the Docker image run). There an unset
- * URL means its default and nothing is started; a literal `embedded` is explicit and still honoured.
- */
-export function isProduction(env: NodeJS.ProcessEnv = process.env): boolean {
-  return env.NODE_ENV === 'production' || import.meta.url.endsWith('.js');
-}
 
 /** Why a server is started or reused: the first words of its log line and error messages. */
 interface Reason {

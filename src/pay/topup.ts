@@ -24,7 +24,7 @@ import {
  * Crash safety: the payment row names its account (x402_payments.account_id) before it is settled,
  * and the credit is keyed `topup:<payment id>` in the ledger. creditSettledTopups credits every
  * settled top-up payment without that line; it runs right after settlement, at start-up and on an
- * interval (src/routes/credits.ts), so a crash between settlement and credit is repaired, and a
+ * interval (src/faces/http/credits.ts), so a crash between settlement and credit is repaired, and a
  * replay, retry or second recovery credits nothing more.
  */
 

@@ -2,12 +2,11 @@ import { QueueEvents } from 'bullmq';
 import type { Logger } from 'pino';
 import { FAMILIES, type Config, type Family } from '../config.js';
 import { AppError, isAppError } from '../errors.js';
-import type { CallResult } from '../services/runner.js';
+import { cancelChannel, cancelledError, type CallResult } from './call-job.js';
 import { decodeFailure, isOwnFailure } from './failure.js';
 import { familyOfJob, queueName } from './queues.js';
 import { connectRedis, type Redis } from './redis.js';
 import { queuePrefix } from './keyspace.js';
-import { cancelChannel, cancelledError } from '../calls/cancel.js';
 import { isResultRef, type ResultRefs } from './result-refs.js';
 
 export type JobEvent =

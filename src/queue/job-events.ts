@@ -1,5 +1,5 @@
 import type { SerializedError } from '../errors.js';
-import type { CallResult } from '../services/runner.js';
+import type { CallResult } from './call-job.js';
 import type { Redis } from './redis.js';
 import { isResultRef, type JobReturn, type ResultRefs } from './result-refs.js';
 

@@ -1,6 +1,6 @@
 import type { Redis } from './redis.js';
 import type { AppError } from '../errors.js';
-import type { CallResult } from '../services/runner.js';
+import type { CallResult } from './call-job.js';
 import { isResultRef, type JobReturn, type ResultRefs } from './result-refs.js';
 
 export interface JobRecord {

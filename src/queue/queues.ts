@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { FlowProducer, Job, Queue, type JobsOptions, type FlowJob } from 'bullmq';
 import { FAMILIES, type Config, type Family } from '../config.js';
-import type { CallJobData, CallResult } from '../services/runner.js';
+import type { CallJobData, CallResult } from './call-job.js';
 import { decodeFailure } from './failure.js';
 import type { JobReturn, ResultRefs } from './result-refs.js';
 import type { AppError } from '../errors.js';

@@ -34,19 +34,6 @@ export function parseClusterUrl(url: string): ClusterAddress | null {
   return { nodes, username: decode(m[2]), password: decode(m[3]), tls: m[1] === 'rediss' };
 }
 
-/** `redis+cluster://host:port,...` from REDIS_CLUSTER_NODES, keeping REDIS_URL's credentials and TLS. */
-export function clusterUrlOf(nodes: string[], redisUrl: string): string {
-  let auth = '';
-  let scheme = 'redis';
-  try {
-    const u = new URL(redisUrl);
-    if (u.protocol === 'rediss:') scheme = 'rediss';
-    if (u.username || u.password) auth = `${u.username}${u.password ? `:${u.password}` : ''}@`;
-  } catch {
-    /* `embedded` or a cluster URL: no credentials to carry over */
-  }
-  return `${scheme}+cluster://${auth}${nodes.join(',')}`;
-}
 
 /**
  * Opens a single-server or cluster connection. The options are ioredis's single-server ones; for a

@@ -1,6 +1,5 @@
 import { AppError, type SerializedError } from '../errors.js';
-import type { CallResult } from '../services/runner.js';
-import type { StoredOutcome } from '../money/settlement.js';
+import type { CallResult, StoredOutcome } from './call-job.js';
 
 /**
  * What a finished job returns to BullMQ in place of a large answer. BullMQ keeps a job's return value

@@ -1,13 +1,8 @@
 import type { Config } from '../config.js';
 import { AppError } from '../errors.js';
+import type { ToolLimits } from '../tools/types.js';
 
-/** What a tool may declare (`limits` in its definition); the rest comes from the configuration. */
-export interface ToolLimits {
-  /** Wall-clock milliseconds one call may run in the pool (default TOOL_TIME_MS). */
-  timeMs?: number;
-  /** Heap (V8 old generation) megabytes of the thread running the call (default TOOL_MEMORY_MB). */
-  memoryMb?: number;
-}
+export type { ToolLimits };
 
 export interface ResolvedLimits {
   timeMs: number;

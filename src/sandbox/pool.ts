@@ -5,7 +5,7 @@ import { AppError, ERROR_STATUS, type ErrorCode } from '../errors.js';
 import type { AnyTool, ToolProgress } from '../tools/types.js';
 import { limitExceeded, resolveLimits, THREAD_STACK_MB, youngGenerationMb, type ResolvedLimits, type ToolLimits } from './limits.js';
 import type { FromThread, SerializedFault, ThreadData, ThreadToolContext, Work } from './protocol.js';
-import { runTaskInline, TASKS, type TaskInput, type TaskName, type TaskOutput } from './tasks.js';
+import { runTaskInline, TASKS, type TaskInput, type TaskName, type TaskOutput } from '../tools/tasks.js';
 
 /** One call's terms, as the runner states them. */
 export interface SandboxCall {
@@ -120,7 +120,7 @@ export class SandboxPool {
     return { value: out.value, usage: out.usage };
   }
 
-  /** Runs one named task from the task table (src/sandbox/tasks.ts). */
+  /** Runs one named task from the task table (src/tools/tasks.ts). */
   async runTask<K extends TaskName>(name: K, payload: TaskInput<K>, call: SandboxCall): Promise<TaskOutput<K>> {
     if (!this.isolating) return runTaskInline(name, payload);
     const entry = TASKS[name];

@@ -9,7 +9,7 @@ import pino from 'pino';
 import { ERROR_STATUS } from '../errors.js';
 import type { AnyTool, ToolContext } from '../tools/types.js';
 import type { FromThread, SerializedFault, ThreadData, ToThread, Work } from './protocol.js';
-import { runTaskInline } from './tasks.js';
+import { runTaskInline } from '../tools/tasks.js';
 
 const port = parentPort!;
 const { config, preload } = workerData as ThreadData;

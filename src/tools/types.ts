@@ -1,8 +1,25 @@
 import type { z } from 'zod';
 import type { Logger } from 'pino';
 import type { Config, Family } from '../config.js';
-import type { ToolLimits } from '../sandbox/limits.js';
-import type { TaskInput, TaskName, TaskOutput } from '../sandbox/tasks.js';
+
+/**
+ * Named CPU tasks a handler hands to the sandbox pool (`ctx.isolate`), by name: `{ input, output }`.
+ * Empty here; src/tools/tasks.ts fills it by declaration merging from the families' task tables, so
+ * this file, which every tool imports, imports none of them.
+ */
+// biome-ignore lint/suspicious/noEmptyInterface: filled by declaration merging in tasks.ts
+export interface TaskTypes {}
+export type TaskName = keyof TaskTypes & string;
+export type TaskInput<K extends TaskName> = TaskTypes[K] extends { input: infer I } ? I : never;
+export type TaskOutput<K extends TaskName> = TaskTypes[K] extends { output: infer O } ? O : never;
+
+/** What a tool may declare (`limits` in its definition); the rest comes from the configuration. */
+export interface ToolLimits {
+  /** Wall-clock milliseconds one call may run in the pool (default TOOL_TIME_MS). */
+  timeMs?: number;
+  /** Heap (V8 old generation) megabytes of the thread running the call (default TOOL_MEMORY_MB). */
+  memoryMb?: number;
+}
 
 export const PLANS = ['free', 'starter', 'pro', 'enterprise'] as const;
 export type Plan = (typeof PLANS)[number];
@@ -203,13 +220,13 @@ export interface ToolContext {
   /** The caller's key (production, agent or sub-key id; null for x402 payers): passports address keys. */
   callerKeyId?: string | null;
   /** Passports of the caller's account (src/access/passports.ts); absent without an account or Redis. */
-  passports?: import('../access/passports.js').PassportApi;
+  passports?: import('./core/passport-api.js').PassportApi;
   /** Records upstream usage (e.g. model tokens) with the call's ledger entry. */
   recordUsage(usage: Record<string, number>): void;
   /**
-   * Runs one named CPU task (src/sandbox/tasks.ts) in the sandbox pool under this tool's `limits`,
+   * Runs one named CPU task (src/tools/tasks.ts) in the sandbox pool under this tool's `limits`,
    * so parsing caller-controlled data never blocks the event loop. Set by the runner; absent only when
-   * a handler is called directly (unit tests), where `runTask` (src/sandbox/tasks.ts) runs it inline.
+   * a handler is called directly (unit tests), where `runTask` (src/tools/tasks.ts) runs it inline.
    */
   isolate?<K extends TaskName>(task: K, payload: TaskInput<K>): Promise<TaskOutput<K>>;
 }

@@ -6,9 +6,9 @@ import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fas
 import { buildApp } from '../../src/app.js';
 import { loadConfig, FAMILIES, type Config, type Family } from '../../src/config.js';
 import { createContainer, type Container } from '../../src/container.js';
-import { AdminService } from '../../src/services/admin.js';
+import { AdminService } from '../../src/ops/admin.js';
 import type { Plan } from '../../src/tools/types.js';
-import type { KeyType } from '../../src/services/keys.js';
+import type { KeyType } from '../../src/access/key-format.js';
 import { sql } from '../../src/db/pool.js';
 import { connectRedis, deleteByPrefix } from '../../src/queue/redis.js';
 import { z } from 'zod';

@@ -4,7 +4,7 @@ import { json, startHarness, type Harness } from '../helpers/harness.js';
 
 /**
  * A plain tool call's rate-limit hit is counted by admission's script together with its slot in flight
- * and its credit hold (src/money/holds.ts RESERVE, src/routes/calls.ts). These check that every request
+ * and its credit hold (src/money/holds.ts RESERVE, src/faces/http/calls.ts). These check that every request
  * still counts exactly once whichever way it ends, and that settlement gives the slot back with the
  * batch's holds (src/money/settlement.ts).
  */

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { json, startHarness, type Harness } from '../helpers/harness.js';
-import { API_VERSION } from '../../src/services/catalogue.js';
+import { API_VERSION } from '../../src/calls/catalogue.js';
 
 let h: Harness;
 let baseUrl: string;

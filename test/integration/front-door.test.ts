@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { InjectOptions } from 'fastify';
 import { sql } from '../../src/db/pool.js';
-import { nestsDeeperThan } from '../../src/plugins/json-body.js';
+import { nestsDeeperThan } from '../../src/faces/http/plugins/json-body.js';
 import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { PAY_TO, signPayment, toHeader } from '../helpers/x402-sign.js';
 

@@ -7,7 +7,7 @@ import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../helpers/fake-openai.js';
 import { startFakeCloudflare, type FakeCloudflare } from '../helpers/fake-cloudflare.js';
 import { loadConfig } from '../../src/config.js';
-import { originChecker } from '../../src/routes/mcp.js';
+import { originChecker } from '../../src/faces/mcp/routes.js';
 import { SCENARIOS, passed, runScenario, startKeyProxy, type KeyProxy } from '../../scripts/conformance.js';
 import { TOOLS } from '../../src/tools/index.js';
 import { planRank, type Plan } from '../../src/tools/types.js';

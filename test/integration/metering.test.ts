@@ -3,7 +3,8 @@ import { once } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../helpers/fake-openai.js';
-import type { CallJobData, JobRun } from '../../src/services/runner.js';
+import type { JobRun } from '../../src/calls/runner.js';
+import type { CallJobData } from '../../src/queue/call-job.js';
 
 describe('exact credit under concurrency', () => {
   let h: Harness;

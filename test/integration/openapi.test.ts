@@ -5,8 +5,8 @@ import createClient from 'openapi-fetch';
 import { json, startHarness, testEnv, type Harness, type TestAccount } from '../helpers/harness.js';
 import { TOOLS } from '../../src/tools/index.js';
 import { ERROR_STATUS } from '../../src/errors.js';
-import { inputJsonSchema } from '../../src/services/catalogue.js';
-import { openApiDocument } from '../../src/services/openapi.js';
+import { inputJsonSchema } from '../../src/calls/catalogue.js';
+import { openApiDocument } from '../../src/faces/http/openapi-document.js';
 import { loadConfig } from '../../src/config.js';
 
 let h: Harness;

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { json, startHarness, type Harness, type TestAccount } from '../helpers/harness.js';
 import { deferred, startFakeOpenAI, type FakeOpenAI } from '../helpers/fake-openai.js';
 import { routes, startHttpTarget, type HttpTarget } from '../helpers/http-targets.js';
-import { MAX_STEPS, PROTOCOL_MODES, parseProtocolRequest } from '../../src/services/protocol.js';
+import { MAX_STEPS, PROTOCOL_MODES, parseProtocolRequest } from '../../src/calls/protocol.js';
 
 let h: Harness;
 let llm: FakeOpenAI;

@@ -5,7 +5,8 @@ import { AppError } from '../../src/errors.js';
 import { findTool, registerTool } from '../../src/tools/index.js';
 import { sql } from '../../src/db/pool.js';
 import { deleteByPrefix } from '../../src/queue/redis.js';
-import { JobFailure, type CallJobData, type JobRun } from '../../src/services/runner.js';
+import { JobFailure, type JobRun } from '../../src/calls/runner.js';
+import type { CallJobData } from '../../src/queue/call-job.js';
 import { json, startHarness, type Harness } from '../helpers/harness.js';
 
 /** How often test_counted ran, by tag; `fail` makes its runs after the first fail for good. */

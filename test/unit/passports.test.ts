@@ -5,7 +5,7 @@ import { connectRedis, deleteByPrefix, type Redis } from '../../src/queue/redis.
 import { ConfigError } from '../../src/config.js';
 import { isAppError } from '../../src/errors.js';
 import { PassportService, passportKey, predecessorsFrom, recipientsFrom, type PassportDeps, type PassportScope } from '../../src/access/passports.js';
-import type { KeyInfo } from '../../src/db/accounts-repo.js';
+import type { KeyInfo } from '../../src/access/accounts.js';
 import { accountTag } from '../../src/queue/keyspace.js';
 
 /** An account's passport namespace as the service names it (in its account's cluster slot). */

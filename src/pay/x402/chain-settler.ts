@@ -21,7 +21,7 @@ import {
   type PaymentSettler,
   type SettleResult,
   type VerifyResult,
-} from './settler.js';
+} from './settle-types.js';
 
 /** What the service reads from and calls on an EIP-3009 token (USDC's FiatToken v2 signatures). */
 export const EIP3009_ABI = [

@@ -9,7 +9,7 @@ import {
   PASSPORT_PAGE_MAX,
   SELF,
   type PassportApi,
-} from '../../access/passports.js';
+} from './passport-api.js';
 import { defineTool, type AnyTool, type ToolContext } from '../types.js';
 
 /**

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { AppError, isAppError } from '../../errors.js';
-import { runTask } from '../../sandbox/tasks.js';
+import { runTask } from '../tasks.js';
 import { normalisePlainText } from '../web/extract.js';
 import { defineTool, type SearchHit, type ToolContext } from '../types.js';
 import { MetaSchema, llmOf, unusableReply, verbatimIndex } from './tool-kit.js';

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { runTask } from '../../sandbox/tasks.js';
+import { runTask } from '../tasks.js';
 import { defineTool, type LlmMeta } from '../types.js';
 import { MetaSchema, llmOf, mapSettled, mergeMeta, unusableReply } from './tool-kit.js';
 

@@ -2,7 +2,7 @@ import type { FoldClusterInput, FoldClusterOutput } from './fold-cluster.js';
 import type { PassagesInput, PassagesOutput } from './plus-passages.js';
 
 /**
- * The llm family's CPU tasks for the sandbox pool (see src/sandbox/tasks.ts): parsing caller-chosen
+ * The llm family's CPU tasks for the sandbox pool (see src/tools/tasks.ts): parsing caller-chosen
  * content runs in a thread, never on the worker's event loop. Add `name: { input; output }` here and the
  * module that exports the function below; a thread imports only that module.
  */

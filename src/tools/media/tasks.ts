@@ -2,7 +2,7 @@ import type { Json3Input, Json3Output, WatchPage, WatchPageInput } from './parse
 import type { IntelInput, IntelOutput } from './analyse.js';
 
 /**
- * The media family's CPU tasks for the sandbox pool (see src/sandbox/tasks.ts): parsing caller-chosen
+ * The media family's CPU tasks for the sandbox pool (see src/tools/tasks.ts): parsing caller-chosen
  * content runs in a thread, never on the worker's event loop. Add `name: { input; output }` here and the
  * module that exports the function below; a thread imports only that module.
  */

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { runTask } from '../../sandbox/tasks.js';
+import { runTask } from '../tasks.js';
 import { defineTool } from '../types.js';
 import { LangsField, loadTrack, loadVideo, noCaptions, PreferField, selectTrack, VideoField, type LoadedTranscript } from './youtube.js';
 

@@ -1,7 +1,7 @@
 import { request } from 'undici';
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
-import { runTask } from '../../sandbox/tasks.js';
+import { runTask } from '../tasks.js';
 import type { ToolContext } from '../types.js';
 import type { CaptionTrack, VideoDetails } from './parse.js';
 

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
-import { runTask } from '../../sandbox/tasks.js';
+import { runTask } from '../tasks.js';
 import { defineTool } from '../types.js';
 import { ClaimResult, MAX_SOURCES, normaliseSources, SourceSchema, type Source } from './cvi-core.js';
 

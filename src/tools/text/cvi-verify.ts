@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { defineTool, type ToolContext } from '../types.js';
-import { runTask } from '../../sandbox/tasks.js';
+import { runTask } from '../tasks.js';
 import {
   ClaimResult, claimsOf, MAX_CLAIM_CHARS, MAX_CLAIMS, MAX_SOURCES, MAX_TEXT_CHARS, normaliseSources, SourceSchema, summarise, verifyAll, type Source,
 } from './cvi-core.js';

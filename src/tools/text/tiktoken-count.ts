@@ -1,4 +1,21 @@
-import { encoder, type ExactEncoding } from './tokens.js';
+import { getEncoding, type Tiktoken } from 'js-tiktoken';
+
+/** The exact encodings (o200k_base for GPT-4o and later, cl100k_base for GPT-4 and GPT-3.5), from js-tiktoken's tables. */
+export const EXACT_ENCODINGS = ['o200k_base', 'cl100k_base'] as const;
+export type ExactEncoding = (typeof EXACT_ENCODINGS)[number];
+
+const encoders = new Map<ExactEncoding, Tiktoken>();
+
+/** Loaded on first use (the tables are large), then kept for the thread's life. */
+export function encoder(encoding: ExactEncoding = 'o200k_base'): Tiktoken {
+  let e = encoders.get(encoding);
+  if (!e) {
+    e = getEncoding(encoding);
+    encoders.set(encoding, e);
+  }
+  return e;
+}
+
 
 /**
  * Exact token counts for text group A, equal to js-tiktoken's `encode(text, [], []).length`, with two

@@ -1,25 +1,11 @@
-import { getEncoding, type Tiktoken } from 'js-tiktoken';
-import { countTokensA } from './tiktoken-count.js';
+import { countTokensA, EXACT_ENCODINGS, type ExactEncoding } from './tiktoken-count.js';
+
+export { EXACT_ENCODINGS, encoder, type ExactEncoding } from './tiktoken-count.js';
 
 /**
  * Token counts for the text tools. o200k_base (GPT-4o and later) and cl100k_base (GPT-4, GPT-3.5) are
  * exact, from js-tiktoken's own tables; any other encoding is chars/4, labelled `estimate`.
  */
-export const EXACT_ENCODINGS = ['o200k_base', 'cl100k_base'] as const;
-export type ExactEncoding = (typeof EXACT_ENCODINGS)[number];
-
-const encoders = new Map<ExactEncoding, Tiktoken>();
-
-/** Loaded on first use (the tables are large), then kept for the thread's life. */
-export function encoder(encoding: ExactEncoding = 'o200k_base'): Tiktoken {
-  let e = encoders.get(encoding);
-  if (!e) {
-    e = getEncoding(encoding);
-    encoders.set(encoding, e);
-  }
-  return e;
-}
-
 /**
  * Exact counts through tiktoken-count.ts's counter: js-tiktoken's own `encode(text)` throws on special-token
  * spellings in caller text and merges long runs without spaces in quadratic time.

@@ -1,6 +1,6 @@
 /**
  * Sizes as the cap on a tool's answer counts them (TOOL_MAX_RESULT_BYTES, checked on the JSON of the
- * final answer by src/services/runner.ts): the tools that page or cut their own answers measure with these.
+ * final answer by src/calls/runner.ts): the tools that page or cut their own answers measure with these.
  */
 
 /** Bytes of `v`'s JSON text (UTF-8). */

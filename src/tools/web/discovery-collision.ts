@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
-import { runTask } from '../../sandbox/tasks.js';
+import { runTask } from '../tasks.js';
 import { defineTool, type SearchHit } from '../types.js';
 import { guardedHttpOf } from './web-common.js';
 

@@ -49,7 +49,7 @@ export interface ExtractHtmlOutput extends PageContent {
 }
 
 /**
- * page_fetch's pool task (src/sandbox/tasks.ts): the parse caps, then extraction of what is left.
+ * page_fetch's pool task (src/tools/tasks.ts): the parse caps, then extraction of what is left.
  * Parsing is CPU work on bytes the caller chose, so it never runs on the worker's event loop.
  */
 export function extractHtmlTask({ body, baseUrl, headerCharset }: ExtractHtmlInput): ExtractHtmlOutput {

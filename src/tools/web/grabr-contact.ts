@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { isSupportedCountry } from 'libphonenumber-js';
 import { AppError } from '../../errors.js';
 import { defineTool, type ToolContext } from '../types.js';
-import { runTask } from '../../sandbox/tasks.js';
+import { runTask } from '../tasks.js';
 import { webUrl } from './grabr-input.js';
 import { fetchPage, isHtml, itemError } from './grabr-page.js';
 import type { PostalAddress } from './contact-parse.js';

@@ -1,7 +1,7 @@
 import { request } from 'undici';
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
-import { runTask } from '../../sandbox/tasks.js';
+import { runTask } from '../tasks.js';
 import { defineTool, type GuardedResponse, type ToolContext } from '../types.js';
 import { SecurityHeadersSchema, acquireHostSlot, dnsOf, guardedHttpOf, securityHeaders } from './web-common.js';
 import { DmarcSchema, SpfSchema, parseDmarc, parseSpf } from './email-auth.js';

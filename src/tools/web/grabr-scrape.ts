@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { defineTool, type ToolContext } from '../types.js';
-import { runTask } from '../../sandbox/tasks.js';
+import { runTask } from '../tasks.js';
 import { webUrl } from './grabr-input.js';
 import { MAX_FIELDS, MAX_LINKS, MAX_SELECTOR_CHARS, MAX_TEXT_CHARS, selectorError, type FieldSpec, type ScrapeTaskOutput } from './scrape-html.js';
 import { fetchPage } from './grabr-page.js';

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { defineTool, type ToolContext } from '../types.js';
-import { runTask } from '../../sandbox/tasks.js';
+import { runTask } from '../tasks.js';
 import { webUrl } from './grabr-input.js';
 import { itemError } from './grabr-page.js';
 import { entriesOf, sameSite, siteOf, type SitemapEntry } from './sitemap-task.js';

@@ -3,7 +3,7 @@ import { LRUCache } from 'lru-cache';
 import { request } from 'undici';
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
-import { runTask } from '../../sandbox/tasks.js';
+import { runTask } from '../tasks.js';
 import { defineTool, type ToolContext } from '../types.js';
 import { httpUrlField } from './web-common.js';
 import { normalisePlainText } from './extract.js';

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { defineTool, type GuardedResponse, type ToolContext } from '../types.js';
 import { MAX_HTML_DEPTH, MAX_HTML_ELEMENTS, normalisePlainText, type PageContent } from './extract.js';
-import { runTask } from '../../sandbox/tasks.js';
+import { runTask } from '../tasks.js';
 import { createGuardedHttp, httpUrlField } from './guarded-http.js';
 import { createResolver } from './resolver.js';
 

@@ -1,5 +1,5 @@
 import { AppError } from '../../errors.js';
-import { runTask } from '../../sandbox/tasks.js';
+import { runTask } from '../tasks.js';
 import type { GuardedResponse, ToolContext } from '../types.js';
 
 /**

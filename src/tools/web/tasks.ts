@@ -7,7 +7,7 @@ import type { ContactPageInput, ContactPageOutput } from './contact-parse.js';
 import type { SitemapTaskInput, SitemapTaskOutput } from './sitemap-task.js';
 
 /**
- * The web family's CPU tasks for the sandbox pool (see src/sandbox/tasks.ts): parsing what a site sent
+ * The web family's CPU tasks for the sandbox pool (see src/tools/tasks.ts): parsing what a site sent
  * (HTML, XML, robots.txt) and scoring runs in a thread, never on the worker's event loop. A thread
  * imports only the module of the task it runs.
  */

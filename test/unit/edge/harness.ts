@@ -1,5 +1,5 @@
 import { afterEach, beforeEach } from 'vitest';
-import { parseOrThrow } from '../../../src/services/validation.js';
+import { parseOrThrow } from '../../../src/errors.js';
 import type { AnyTool, ToolContext } from '../../../src/tools/types.js';
 import { assertRequestsMatchSpec } from '../../helpers/cf-openapi.js';
 import { FAKE_TOKEN, startFakeCloudflare, type FakeCloudflare, type FakeZone } from '../../helpers/fake-cloudflare.js';

@@ -4,7 +4,7 @@ import { findVerbatim, jaccard, mapSettled, mergeMeta, stems } from '../../../sr
 import { chunkSpans, selectPassagesTask } from '../../../src/tools/llm/plus-passages.js';
 import { consensusOf } from '../../../src/tools/llm/hints-parade.js';
 import { countTokensA } from '../../../src/tools/text/tiktoken-count.js';
-import { runTaskInline } from '../../../src/sandbox/tasks.js';
+import { runTaskInline } from '../../../src/tools/tasks.js';
 
 /** The pure parts of llm group B: clustering, consensus, verbatim matching, passage selection. */
 

@@ -9,11 +9,11 @@ import { CreditReservations } from '../../../src/money/holds.js';
 import { InFlightSlots } from '../../../src/access/in-flight.js';
 import { PassportService } from '../../../src/access/passports.js';
 import { PendingDeliveries } from '../../../src/calls/webhooks.js';
-import { RateLimiter } from '../../../src/services/rate-limit.js';
+import { RateLimiter } from '../../../src/access/rate-limit.js';
 import { familyKey, seenKey } from '../../../src/queue/heartbeat.js';
 import { queuePrefix, shardOf, ACCOUNT_SHARDS } from '../../../src/queue/keyspace.js';
 import { FAMILIES } from '../../../src/config.js';
-import type { AccountsRepo } from '../../../src/db/accounts-repo.js';
+import type { AccountsRepo } from '../../../src/access/accounts.js';
 
 /**
  * Every Lua script, MULTI and pipeline in src/ touches keys of one Redis Cluster slot, computed with
@@ -68,10 +68,10 @@ const INVENTORY: Entry[] = [
   { file: 'src/access/in-flight.ts', kind: 'script', name: 'tgTakeSlots', keys: (s) => slots.scriptKeys(s.account).tgTakeSlots },
   { file: 'src/access/in-flight.ts', kind: 'script', name: 'tgTakeSlots (payer)', keys: (s) => slots.scriptKeys(`payer:${s.payer}`).tgTakeSlots },
   { file: 'src/access/in-flight.ts', kind: 'script', name: 'tgUnlistOwner', keys: (s) => slots.scriptKeys(s.account).tgUnlistOwner },
-  { file: 'src/services/rate-limit.ts', kind: 'script', name: 'tgSlide', keys: (s) => [limiter.key(s.account)] },
+  { file: 'src/access/rate-limit.ts', kind: 'script', name: 'tgSlide', keys: (s) => [limiter.key(s.account)] },
   // One counter per client address.
-  { file: 'src/services/auth.ts', kind: 'script', name: 'tgAuthFail', keys: () => [`${prefix}:authfail:127.0.0.1`] },
-  { file: 'src/services/auth.ts', kind: 'script', name: 'tgAuthBlocked', keys: () => [`${prefix}:authfail:127.0.0.1`] },
+  { file: 'src/access/auth.ts', kind: 'script', name: 'tgAuthFail', keys: () => [`${prefix}:authfail:127.0.0.1`] },
+  { file: 'src/access/auth.ts', kind: 'script', name: 'tgAuthBlocked', keys: () => [`${prefix}:authfail:127.0.0.1`] },
   // One entry per idempotency key.
   { file: 'src/calls/idempotency.ts', kind: 'script', name: 'tgIdemClaim', keys: (s) => [`${prefix}:idem:${s.keyId}:${s.payer}`] },
   { file: 'src/calls/idempotency.ts', kind: 'script', name: 'tgIdemTouch', keys: (s) => [`${prefix}:idem:${s.keyId}:${s.payer}`] },
@@ -90,7 +90,7 @@ const INVENTORY: Entry[] = [
   { file: 'src/queue/heartbeat.ts', kind: 'pipeline', name: 'leave the families', keys: () => FAMILIES.map((f) => familyKey(prefix, f)) },
   // Job hashes of the queues, all under the queues' one tag.
   { file: 'src/queue/queues.ts', kind: 'pipeline', name: 'job timestamps', keys: (s) => FAMILIES.map((f) => `${queuePrefix(prefix)}:${f}:${f}-${s.payer}`) },
-  { file: 'src/routes/signup.ts', kind: 'eval', name: 'sign-ups per address', keys: () => [`${prefix}:signup:127.0.0.1`] },
+  { file: 'src/faces/http/signup.ts', kind: 'eval', name: 'sign-ups per address', keys: () => [`${prefix}:signup:127.0.0.1`] },
   // An account's outstanding webhook deliveries: one sorted set (take a place, bind it to its job).
   { file: 'src/calls/webhooks.ts', kind: 'eval', name: 'take a pending-delivery place', keys: (s) => [pendingDeliveries.key(s.account)] },
   { file: 'src/calls/webhooks.ts', kind: 'eval', name: 'bind a place to its job', keys: (s) => [pendingDeliveries.key(s.account)] },

@@ -1,0 +1,135 @@
+import type { Logger } from 'pino';
+import { sql, type DatabasePool } from '../db/pool.js';
+import { AppError, isAppError } from '../errors.js';
+import type { PayerCaller } from '../access/auth.js';
+import type { Idempotency, StoredResponse } from './idempotency.js';
+import type { RateLimiter } from '../access/rate-limit.js';
+import {
+  abandonPayment,
+  admitPayment,
+  completePayment,
+  hasPayment,
+  paymentRequiredError,
+  type AdmittedPayment,
+  type PaidCall,
+  type PaymentHeaders,
+  type X402Deps,
+} from '../pay/x402/index.js';
+
+/**
+ * Runs the call(s) a pay-per-call request pays for. `track` receives every job id (pass it as
+ * CallOptions.onJobId); the payment's ledger entry names the first. Answer with the result (status 200), or throw the call's error. A chain or parallel call that
+ * stops part-way must throw: an x402 `exact` payment is settled whole or not at all, so partial
+ * results would be either overcharged or free. A 202 means the result did not arrive in time.
+ */
+export type PaidExec = (caller: PayerCaller, track: (jobId: string) => void) => Promise<StoredResponse>;
+
+export interface PaidRun {
+  /** PAYMENT-SIGNATURE (v2) / X-Payment (v1); neither answers the 402 that asks for one. */
+  payment: PaymentHeaders;
+  call: PaidCall;
+  /** Idempotency-Key and request fingerprint, when the request has a key. */
+  idempotency?: { key: string; fingerprint: string };
+  /**
+   * Tool calls the request makes (a chain or parallel request makes one per step): each counts
+   * against the payer's X402_RPM as the same call made alone would. Default 1.
+   */
+  calls?: number;
+}
+
+export interface PayPerCallDeps {
+  x402: X402Deps;
+  pool: DatabasePool;
+  idempotency: Idempotency;
+  log: Logger;
+}
+
+/**
+ * x402 around a call made without a key: admit the payment (verify, reserve its nonce) before any
+ * tool runs, run the call as the payer, settle before the result is returned. A call that fails,
+ * times out or cannot be settled charges nothing.
+ *
+ * The ledger entry (kind 'payment', under the payer's address) is written only once the payment is
+ * settled (or recorded for the operator to settle), so a call that fails, times out or is not paid
+ * leaves no entry at all.
+ */
+export class PayPerCall {
+  private payerLimit: { limiter: RateLimiter; rpm: number } | undefined;
+
+  constructor(readonly deps: PayPerCallDeps) {}
+
+  /** Requests per minute per payer address (X402_RPM), on the same sliding window as keys. */
+  limitPayers(limiter: RateLimiter, rpm: number): void {
+    this.payerLimit = { limiter, rpm };
+  }
+
+  async run(input: PaidRun, exec: PaidExec): Promise<StoredResponse & { replayed: boolean }> {
+    const { x402 } = this.deps;
+    if (!hasPayment(input.payment)) throw paymentRequiredError(x402.config, input.call);
+    const admitted = await admitPayment(x402, input.payment, input.call);
+    // A payer is known only once its payment is verified; past its limit nothing runs and the
+    // payment is released unsettled, so a refused call costs the payer nothing.
+    if (this.payerLimit) {
+      try {
+        await this.payerLimit.limiter.hit(`payer:${admitted.payer.toLowerCase()}`, this.payerLimit.rpm, input.calls ?? 1);
+      } catch (e) {
+        await abandonPayment(x402, admitted, isAppError(e) ? e.code : 'internal_error');
+        throw e;
+      }
+    }
+    const jobIds: string[] = [];
+    let settled = false;
+
+    const paid = async (): Promise<StoredResponse> => {
+      let res: StoredResponse;
+      try {
+        res = await exec({ kind: 'payer', payer: admitted.payer }, (id) => jobIds.push(id));
+        if (res.status === 202) {
+          throw new AppError(
+            'timeout',
+            `The call did not finish within ${Math.round(x402.config.SYNC_TIMEOUT_MS / 1000)} s, so its result cannot be delivered ` +
+              'for this payment. The payment was not settled and nothing was charged; retry with a new payment.',
+            res.headers['x-job-id'] ? { job_id: res.headers['x-job-id'] } : {},
+          );
+        }
+      } catch (e) {
+        await this.unpaid(admitted, jobIds, isAppError(e) ? e.code : 'internal_error');
+        throw e;
+      }
+      try {
+        const { headers } = await completePayment(x402, admitted);
+        settled = true;
+        await this.record(admitted, jobIds);
+        return { ...res, headers: { ...res.headers, ...headers } };
+      } catch (e) {
+        // completePayment has marked the payment failed; nothing reaches the ledger.
+        throw e;
+      }
+    };
+
+    if (!input.idempotency) return { ...(await paid()), replayed: false };
+    // Scoped to the payer: only whoever can sign for that address can replay its responses, and a
+    // replay costs them nothing (the new payment is released below, unsettled).
+    try {
+      const out = await this.deps.idempotency.run(`x402:${admitted.payer}`, input.idempotency.key, input.idempotency.fingerprint, paid);
+      if (out.replayed) await abandonPayment(x402, admitted, 'idempotent_replay');
+      return out;
+    } catch (e) {
+      // 409/422 from the idempotency check: nothing ran. (After a failed run this is a no-op.)
+      if (!settled) await abandonPayment(x402, admitted, isAppError(e) ? e.code : 'internal_error');
+      throw e;
+    }
+  }
+
+  private async unpaid(admitted: AdmittedPayment, _jobIds: string[], reason: string): Promise<void> {
+    await abandonPayment(this.deps.x402, admitted, reason);
+  }
+
+  /** The paid call in the ledger under the payer's address; keyed by payment, so it is written once. */
+  private async record(admitted: AdmittedPayment, jobIds: string[]): Promise<void> {
+    await this.deps.pool.query(sql.unsafe`
+      INSERT INTO ledger (entry_key, account_id, kind, tool, delta_cents, payer)
+      VALUES (${`x402:${admitted.id}:${jobIds[0] ?? ''}`}, NULL, 'payment', ${admitted.call.tool}, ${-admitted.call.priceCents}, ${admitted.payer})
+      ON CONFLICT (entry_key) DO NOTHING`);
+  }
+}

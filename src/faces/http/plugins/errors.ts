@@ -1,0 +1,49 @@
+import type { FastifyError, FastifyInstance } from 'fastify';
+import { AppError, envelope, isAppError } from '../../../errors.js';
+import { isPaymentError, paymentErrorBody } from '../../../pay/x402/requirements.js';
+import { isOpenAiPath, openAiErrorBody } from '../../openai.js';
+import { dependencyUnavailable, isDependencyError } from '../../../queue/redis.js';
+
+/** The one place errors become responses: every failure leaves in the documented envelope. */
+export function installErrorHandling(app: FastifyInstance): void {
+  app.setErrorHandler((raw: FastifyError | AppError | Error, req, reply) => {
+    const err = toAppError(raw);
+    // Refusals by limit or payment, by their code (tollgate_refusals_total{reason}).
+    app.container?.metrics.refused(err.code);
+    if (err.code === 'service_unavailable') req.log.warn({ err: (raw as Error).message }, 'dependency unavailable');
+    else if (err.status >= 500) req.log.error({ err: raw }, 'request failed');
+    for (const [k, v] of Object.entries(err.headers)) reply.header(k, v);
+    if (err.status === 402 || err.status === 403) reply.header('x-should-retry', 'false');
+    // x402 clients read x402Version and accepts at the top level of a payment 402.
+    if (isPaymentError(err)) return reply.status(err.status).send(paymentErrorBody(err, req.id));
+    // The OpenAI-compatible paths answer in OpenAI's error shape, which its client SDKs parse.
+    const body = isOpenAiPath(req.url) ? openAiErrorBody(err, req.id) : envelope(err, req.id);
+    return reply.status(err.status).send(body);
+  });
+  app.setNotFoundHandler((req, reply) => {
+    const err = new AppError('not_found', `No route ${req.method} ${req.url.split('?')[0]}. GET / lists the endpoints.`);
+    return reply.status(404).send(isOpenAiPath(req.url) ? openAiErrorBody(err, req.id) : envelope(err, req.id));
+  });
+}
+
+function toAppError(e: FastifyError | AppError | Error): AppError {
+  if (isAppError(e)) return e;
+  if (isDependencyError(e)) return dependencyUnavailable();
+  const fe = e as FastifyError;
+  switch (fe.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new AppError('payload_too_large', 'Request body is too large');
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new AppError('unsupported_media_type', 'Send the body as application/json');
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new AppError('invalid_input', 'Body is empty but Content-Type is application/json; send {} for no input');
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      return new AppError('invalid_input', `Body is not valid JSON: ${fe.message}`);
+  }
+  if (fe instanceof SyntaxError || fe.statusCode === 400) {
+    return new AppError('invalid_input', `Body is not valid JSON: ${fe.message}`);
+  }
+  if (fe.statusCode === 413) return new AppError('payload_too_large', 'Request body is too large');
+  if (fe.statusCode === 415) return new AppError('unsupported_media_type', 'Send the body as application/json');
+  return new AppError('internal_error', 'Something went wrong on our side; the request id helps us find it');
+}

@@ -1,0 +1,124 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import { AppError } from '../../errors.js';
+import { parseOrThrow } from '../../errors.js';
+import { AdminService } from '../../ops/admin.js';
+import { PLAN_RPM } from '../../access/rate-limit.js';
+import { PLANS, type Plan } from '../../tools/types.js';
+import { findPartnerByCode, PartnerCode } from '../../money/partners.js';
+import { baseUrl } from './meta.js';
+
+/**
+ * GET /subscribe (the page a partner links to, with ?attribution_code=CODE) and POST /signup (a free
+ * account with a production key, only with SIGNUP_ENABLED). Neither takes a key. Both are throttled
+ * per client address (SUBSCRIBE_PER_MINUTE, SIGNUP_PER_HOUR: 429 with Retry-After) and neither tells
+ * a stranger anything about other accounts or partners: the page says whether a code will be
+ * recorded, never whose it is, and a sign-up answers the same way whether or not its email was used
+ * before (every sign-up is a new account; an email is a contact, unverified, not an identity).
+ */
+
+const PLAN_TEXT: Record<Plan, string> = {
+  free: 'Free tools and a starting tier; top up credits to call paid tools.',
+  starter: 'More tools and requests per minute.',
+  pro: 'Every standard tool, higher rate limit.',
+  enterprise: 'Custom rate limits, sub-keys with monthly caps, VIP keys.',
+};
+
+const SignupBody = z
+  .object({
+    email: z.string().trim().max(254).email('must be an email address'),
+    attribution_code: PartnerCode.optional(),
+  })
+  .strict();
+
+const SubscribeQuery = z.object({ attribution_code: z.string().max(100).optional() }).passthrough();
+
+function escapeHtml(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+}
+
+function wantsJson(req: FastifyRequest): boolean {
+  const accept = String(req.headers.accept ?? '');
+  return /application\/json/i.test(accept) && !/text\/html/i.test(accept.split(',')[0] ?? '');
+}
+
+// Fixed window per client address in Redis (INCR, expiry set on the first hit): simple and shared by
+// every replica. KEYS: counter  ARGV: window seconds. Returns {count, ttl seconds}.
+const HIT = `
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1])) end
+local ttl = redis.call('TTL', KEYS[1])
+if ttl < 0 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1])); ttl = tonumber(ARGV[1]) end
+return {n, ttl}
+`;
+
+export async function signupRoutes(app: FastifyInstance): Promise<void> {
+  const { config, pool, redis, accounts, credits } = app.container;
+  const admin = new AdminService({ accounts, credits, redis, prefix: config.REDIS_PREFIX, pool, sharePct: config.PARTNER_SHARE_PCT });
+
+  /** Counts one request of `what` from the client's address; past `limit` in the window, the 429 (with Retry-After). */
+  async function throttle(req: FastifyRequest, what: 'signup' | 'subscribe', limit: number, windowSeconds: number, says: string): Promise<void> {
+    const [count, ttl] = (await redis.eval(HIT, 1, `${config.REDIS_PREFIX}:${what}:${req.ip ?? 'unknown'}`, windowSeconds)) as [number, number];
+    if (count > limit) {
+      throw new AppError('rate_limited', `${says}; retry in ${ttl} s`, { retry_after: ttl, limit }, { headers: { 'retry-after': String(ttl) } });
+    }
+  }
+
+  app.get('/subscribe', async (req, reply) => {
+    // Counted before anything is looked up: partner codes cannot be tried faster than this.
+    await throttle(req, 'subscribe', config.SUBSCRIBE_PER_MINUTE, 60, `At most ${config.SUBSCRIBE_PER_MINUTE} requests to /subscribe per minute from one address`);
+    const q = parseOrThrow(SubscribeQuery, req.query, 'Query is invalid');
+    const code = q.attribution_code?.trim() || undefined;
+    const partner = code ? await findPartnerByCode(pool, code) : null;
+    const base = baseUrl(app, req);
+    const plans = PLANS.map((p) => ({ plan: p, requests_per_minute: p === 'enterprise' ? config.ENTERPRISE_DEFAULT_RPM : PLAN_RPM[p], description: PLAN_TEXT[p] }));
+    const body = { email: 'you@example.com', ...(partner ? { attribution_code: partner.code } : {}) };
+    const signup: { enabled: boolean; how: string; example?: string } = config.SIGNUP_ENABLED
+      ? {
+          enabled: true,
+          how: `POST ${base}/signup with a JSON body: your email${partner ? ' and this attribution code' : ''}. You get a free account and its API key, shown once.`,
+          example: `curl -X POST ${base}/signup -H 'content-type: application/json' -d '${JSON.stringify(body)}'`,
+        }
+      : { enabled: false, how: 'Self-service sign-up is not open on this service: ask the operator for an account' + (partner ? ` and mention the code ${partner.code}.` : '.') };
+    // Whether the code will be recorded, never whose it is: the page names no partner.
+    const attribution = code
+      ? { code, known: Boolean(partner), message: partner ? 'This referral code will be recorded with your sign-up.' : `The code '${code}' is unknown; you can still sign up without it.` }
+      : null;
+    const topup = `Then top up credits with POST ${base}/credits/topup {"cents": n} (${config.TOPUP_MIN_CENTS} to ${config.TOPUP_MAX_CENTS}), paid with x402 (USDC).`;
+    if (wantsJson(req)) return { plans, signup, attribution, topup };
+    const e = escapeHtml;
+    const html = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Subscribe to Tollgate</title>
+<meta name="viewport" content="width=device-width, initial-scale=1"></head>
+<body style="font-family: system-ui, sans-serif; max-width: 42rem; margin: 2rem auto; line-height: 1.5">
+<h1>Subscribe to Tollgate</h1>
+${attribution ? (attribution.known ? `<p>Referral code <code>${e(partner!.code)}</code>: it will be recorded with your sign-up.</p>` : `<p><strong>The code <code>${e(code!)}</code> is unknown.</strong> You can still sign up without it.</p>`) : ''}
+<h2>Plans</h2>
+<ul>
+${plans.map((p) => `<li><strong>${e(p.plan)}</strong> (${p.requests_per_minute} requests per minute): ${e(p.description)}</li>`).join('\n')}
+</ul>
+<h2>Sign up</h2>
+<p>${e(signup.how)}</p>
+${signup.example ? `<pre>${e(signup.example)}</pre>` : ''}
+<p>${e(topup)}</p>
+</body></html>
+`;
+    return reply.type('text/html; charset=utf-8').send(html);
+  });
+
+  app.post('/signup', async (req, reply) => {
+    if (!config.SIGNUP_ENABLED) throw new AppError('not_found', 'Self-service sign-up is not enabled on this service (SIGNUP_ENABLED)');
+    // Counted before validation: every attempt from an address uses up its allowance.
+    await throttle(req, 'signup', config.SIGNUP_PER_HOUR, 3600, `At most ${config.SIGNUP_PER_HOUR} sign-ups per hour from one address`);
+    const input = parseOrThrow(SignupBody, req.body, 'Sign-up request is invalid');
+    let partnerId: string | null = null;
+    if (input.attribution_code !== undefined) {
+      const partner = await findPartnerByCode(pool, input.attribution_code);
+      if (!partner) throw new AppError('invalid_input', `Unknown attribution code '${input.attribution_code}'; sign up without it or check the link you followed`, { reason: 'unknown_attribution_code' });
+      partnerId = partner.id;
+    }
+    // A new account every time, whether or not the email was used before: the answer cannot tell.
+    const r = await admin.signUp(input.email, partnerId, req.ip);
+    return reply.status(201).send({ account_id: r.account_id, api_key: r.api_key, key_id: r.key_id, plan: r.plan, credits: r.credits, email: input.email, attribution_code: input.attribution_code ?? null });
+  });
+}

@@ -1,0 +1,193 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import type { Config } from '../../config.js';
+import { AppError, isAppError } from '../../errors.js';
+import { createMcpServer } from './server.js';
+import { rateLimitHeaders } from '../../access/rate-limit.js';
+import { isJsonTooDeep, jsonBodyParser } from '../http/plugins/json-body.js';
+import { isUnsupportedCharacter } from '../http/plugins/input-guard.js';
+import { edgeTokenHeader } from '../http/answers.js';
+
+/** /mcp checks origins itself: the global CORS handling (src/faces/http/openapi.ts) skips its routes. */
+const NO_GLOBAL_CORS = { config: { cors: false } } as const;
+
+/** Marks a body that was not JSON, so the answer can be JSON-RPC's parse error after authentication. */
+const NOT_JSON = Symbol('not json');
+/** Marks a body nested past MAX_JSON_DEPTH: refused as an Invalid Request after authentication. */
+const TOO_DEEP = Symbol('too deep');
+/** Marks a body with U+0000 or an unpaired surrogate in a string (src/db/pg-text.ts): an Invalid Request. */
+const UNSUPPORTED = Symbol('unsupported character');
+
+function invalidRequest(reply: FastifyReply, message: string) {
+  return reply.status(400).send({ jsonrpc: '2.0', id: null, error: { code: -32600, message: `Invalid Request: ${message}` } });
+}
+
+const LOOPBACK = new Set(['localhost', '127.0.0.1', '[::1]']);
+
+/** An IP literal cannot be re-pointed by DNS, so a Host naming one cannot come from a rebinding attack. */
+function isIpLiteral(hostname: string): boolean {
+  return /^\d{1,3}(\.\d{1,3}){3}$/.test(hostname) || hostname.startsWith('[');
+}
+
+/**
+ * DNS-rebinding protection for a service that may listen on a loopback or private address. A browser
+ * tricked by rebinding sends `Origin` and `Host` that both name the attacker's domain, so "Origin
+ * matches Host" proves nothing; an origin is accepted only when it is one the service knows as its
+ * own: listed in MCP_ALLOWED_ORIGINS, PUBLIC_BASE_URL's origin, or the same host reached through a
+ * name DNS cannot re-point (loopback or an IP literal). Requests without Origin are not from a
+ * browser page (browsers always send it on POST), so they are not subject to the check.
+ */
+export function originChecker(config: Config): (origin: string | undefined, host: string | undefined) => boolean {
+  const allowed = new Set(
+    config.MCP_ALLOWED_ORIGINS.map((o) => {
+      try {
+        return new URL(o).origin;
+      } catch {
+        throw new Error(`MCP_ALLOWED_ORIGINS: "${o}" is not an origin like https://app.example.com`);
+      }
+    }),
+  );
+  const publicOrigin = config.PUBLIC_BASE_URL ? new URL(config.PUBLIC_BASE_URL).origin : null;
+  return (origin, host) => {
+    if (origin === undefined) return true;
+    let url: URL;
+    try {
+      url = new URL(origin);
+    } catch {
+      return false; // includes the opaque origin "null"
+    }
+    if (allowed.has(url.origin) || url.origin === publicOrigin) return true;
+    const sameHost = !!host && url.host === host.toLowerCase();
+    return sameHost && (LOOPBACK.has(url.hostname) || isIpLiteral(url.hostname));
+  };
+}
+
+function header(req: FastifyRequest, name: string): string | undefined {
+  const v = req.headers[name];
+  return typeof v === 'string' ? v : undefined;
+}
+
+/** Streamable HTTP (stateless) MCP endpoint: a fresh server and transport per POST. */
+export async function mcpRoutes(app: FastifyInstance): Promise<void> {
+  const { calls, dispatcher, idempotency, limiter } = app.container.api!;
+  const { config } = app.container;
+  const originAllowed = originChecker(config);
+
+  // Parse errors must wait until after authentication and must come back as JSON-RPC errors, so the
+  // body is parsed here (this plugin's scope only) by the app's one JSON parser (depth cap,
+  // prototype-poisoning protection), its failures kept as markers for the handler to answer.
+  const parseJson = jsonBodyParser(app, config.MAX_JSON_DEPTH);
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    parseJson(req, body as string, (err, value) => done(null, err ? (isJsonTooDeep(err) ? TOO_DEEP : isUnsupportedCharacter(err) ? UNSUPPORTED : NOT_JSON) : value));
+  });
+
+  // onRequest runs before the body is read: a foreign page or a caller without a key gets nothing more.
+  app.addHook('onRequest', async (req, reply) => {
+    const origin = header(req, 'origin');
+    if (!originAllowed(origin, header(req, 'host'))) {
+      throw new AppError('forbidden', `Origin ${origin} may not call /mcp (DNS-rebinding protection); the operator can list it in MCP_ALLOWED_ORIGINS`);
+    }
+    if (origin !== undefined) {
+      // An allowed browser origin needs CORS to read the answer.
+      reply.header('access-control-allow-origin', origin).header('vary', 'Origin');
+      reply.header('access-control-expose-headers', 'mcp-session-id, mcp-protocol-version, x-request-id');
+    }
+    if (req.method === 'POST') await authenticate(app, req, reply);
+  });
+
+  app.options('/mcp', NO_GLOBAL_CORS, async (_req, reply) =>
+    reply
+      .status(204)
+      .header('access-control-allow-methods', 'POST')
+      .header('access-control-allow-headers', 'authorization, content-type, accept, mcp-protocol-version, mcp-session-id, last-event-id, x-edge-token')
+      .header('access-control-max-age', '600')
+      .send(),
+  );
+
+  app.post('/mcp', NO_GLOBAL_CORS, async (req, reply) => {
+    if (req.body === NOT_JSON) {
+      return reply.status(400).send({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'Parse error: the body is not valid JSON' } });
+    }
+    if (req.body === TOO_DEEP) return invalidRequest(reply, `JSON body nests deeper than ${config.MAX_JSON_DEPTH} levels`);
+    if (req.body === UNSUPPORTED) return invalidRequest(reply, 'a string or key contains U+0000 or an unpaired UTF-16 surrogate, which this service does not accept');
+    if (Array.isArray(req.body)) {
+      const caller = req.caller!;
+      const n = req.body.length;
+      const limit = limiter.limitFor(caller.plan, caller.rpm);
+      // Refused whole, before any message is handled: answers to a batch can be far larger than it.
+      if (n > config.MCP_MAX_BATCH) return invalidRequest(reply, `a batch may hold at most ${config.MCP_MAX_BATCH} messages; this one has ${n}`);
+      if (n > limit) return invalidRequest(reply, `a batch of ${n} messages is more than this key's ${limit} requests per minute`);
+      // A tools/call's admission and result belong to its one HTTP request (idempotency, progress).
+      if (req.body.filter(isToolCall).length > 1) return invalidRequest(reply, 'send at most one tools/call per HTTP request');
+      // Every message counts against the rate limit; authentication counted the first.
+      if (n > 1) reply.headers(rateLimitHeaders(await limiter.hit(caller.accountId, limit, n - 1)));
+    }
+    const idempotencyKey = req.headers['idempotency-key'];
+    const server = createMcpServer(
+      { calls, dispatcher, idempotency, syncTimeoutMs: app.container.config.SYNC_TIMEOUT_MS },
+      {
+        caller: req.caller!,
+        requestId: req.id,
+        edgeToken: edgeTokenHeader(req),
+        log: req.log,
+        ...(typeof idempotencyKey === 'string' ? { idempotencyKey } : {}),
+      },
+    );
+    const transport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: undefined,
+      // Plain JSON answers unless a tools/call asks for progress, which needs the SSE form to arrive.
+      enableJsonResponse: !asksForProgress(req.body),
+    });
+    // The SDK writes the response itself; carry over what Fastify would have added (request id,
+    // rate-limit and CORS headers) since its onSend hooks will not run.
+    reply.hijack();
+    for (const [k, v] of Object.entries(reply.getHeaders())) if (v !== undefined) reply.raw.setHeader(k, v);
+    reply.raw.setHeader('x-request-id', req.id);
+    reply.raw.on('close', () => {
+      void transport.close();
+      void server.close();
+    });
+    try {
+      await server.connect(transport);
+      await transport.handleRequest(req.raw, reply.raw, req.body);
+    } catch (err) {
+      req.log.error({ err }, 'MCP request failed');
+      if (!reply.raw.headersSent) {
+        reply.raw.writeHead(500, { 'content-type': 'application/json' });
+        reply.raw.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32603, message: 'Internal error' } }));
+      } else reply.raw.end();
+    }
+  });
+
+  // Stateless: there is no server-to-client stream to GET and no session to DELETE.
+  const notAllowed = async () => {
+    throw new AppError('method_not_allowed', 'This MCP endpoint is stateless: POST JSON-RPC messages to /mcp', {}, { headers: { allow: 'POST' } });
+  };
+  app.get('/mcp', NO_GLOBAL_CORS, notAllowed);
+  app.delete('/mcp', NO_GLOBAL_CORS, notAllowed);
+}
+
+/** 401s carry WWW-Authenticate, as RFC 9110 asks of them, naming the Bearer scheme. */
+async function authenticate(app: FastifyInstance, req: FastifyRequest, reply: FastifyReply): Promise<void> {
+  try {
+    await app.authenticate(req, reply);
+  } catch (e) {
+    if (isAppError(e) && e.status === 401) {
+      throw new AppError(e.code, e.message, e.details, { headers: { ...e.headers, 'www-authenticate': 'Bearer realm="tollgate"' } });
+    }
+    throw e;
+  }
+}
+
+function isToolCall(m: unknown): boolean {
+  return (m as { method?: unknown } | null)?.method === 'tools/call';
+}
+
+function asksForProgress(body: unknown): boolean {
+  const messages = Array.isArray(body) ? body : [body];
+  return messages.some((m) => {
+    const msg = m as { params?: { _meta?: { progressToken?: unknown } } } | null;
+    return isToolCall(m) && msg?.params?._meta?.progressToken !== undefined;
+  });
+}
