@@ -327,7 +327,6 @@ async function main() {
     const sv = results.find((r) => r.label === 'service')!;
     const an = results.find((r) => r.label === 'anchor')!;
     const ch = results.find((r) => r.label === 'chain of 3');
-    const per = (n: number, r: Result) => n / r.calls;
     const sum = (m: Map<string, number> | undefined) => [...(m ?? new Map<string, number>()).values()].reduce((a, b) => a + b, 0);
     const sentBy = (r: Result, o: string) => sum(r.sent.get(o));
     const luaCalls = (r: Result) => sum(r.lua);

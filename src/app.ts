@@ -2,27 +2,10 @@ import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { Container } from './container.js';
-import { installErrorHandling } from './faces/http/plugins/errors.js';
+import { registerFaces } from './faces/index.js';
 import { connectionOptions, installConnectionLimits } from './faces/http/plugins/connections.js';
-import { installJsonBodyParser } from './faces/http/plugins/json-body.js';
-import { installInputGuard } from './faces/http/plugins/input-guard.js';
 import { AuthFailureThrottle, type KeyCaller } from './access/auth.js';
-import { metaRoutes } from './faces/http/meta.js';
-import { metricsRoutes } from './faces/http/metrics.js';
-import { dashboardRoutes } from './ops/dashboard.js';
-import { callRoutes } from './faces/http/calls.js';
-import { rootRoutes } from './faces/http/root.js';
-import { streamRoutes } from './faces/http/stream.js';
-import { subkeyRoutes } from './faces/http/subkeys.js';
-import { usageRoutes } from './faces/http/usage.js';
-import { keyRoutes } from './faces/http/keys.js';
-import { mcpRoutes } from './faces/mcp/routes.js';
-import { openAiRoutes } from './faces/openai.js';
-import { installCors, openApiRoutes } from './faces/http/openapi.js';
 import { rateLimitHeaders, type DeferredHit } from './access/rate-limit.js';
-import { webhookRoutes } from './faces/http/webhooks.js';
-import { creditRoutes } from './faces/http/credits.js';
-import { signupRoutes } from './faces/http/signup.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -93,27 +76,6 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
     metrics.httpRequests.inc({ route, method: req.method, status: String(reply.statusCode) });
     metrics.httpDuration.observe({ route, method: req.method }, reply.elapsedTime / 1000);
   });
-  installErrorHandling(app);
-  installJsonBodyParser(app, config.MAX_JSON_DEPTH);
-  // U+0000 and unpaired surrogates in a path, query or header: 400 at the door (bodies: the parser above).
-  installInputGuard(app);
-  // CORS for every route but /mcp (which has its own origin check): before the routes, so it covers them.
-  await installCors(app, config);
-  await app.register(metaRoutes);
-  await app.register(metricsRoutes);
-  // The queue dashboard at /admin/queues, only with ADMIN_TOKEN (its own auth, no API key, no rate limit).
-  await app.register(dashboardRoutes);
-  await app.register(callRoutes);
-  await app.register(rootRoutes);
-  await app.register(streamRoutes);
-  await app.register(subkeyRoutes);
-  await app.register(usageRoutes);
-  await app.register(keyRoutes);
-  await app.register(mcpRoutes);
-  await app.register(openAiRoutes);
-  await app.register(openApiRoutes);
-  await app.register(webhookRoutes);
-  await app.register(creditRoutes);
-  await app.register(signupRoutes);
+  await registerFaces(app);
   return app;
 }

@@ -1,3 +1,8 @@
+/**
+ * access/: who may call and how much. Keys and their format, authentication (this file), accounts,
+ * plans' limits, rate and concurrency limits, sub-keys, passports' access rules and the sealing of
+ * callers' edge tokens. It answers "may this caller do this now"; it moves no money.
+ */
 import type { Redis } from '../queue/redis.js';
 import type { Logger } from 'pino';
 import { AppError } from '../errors.js';

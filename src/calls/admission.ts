@@ -1,3 +1,10 @@
+/**
+ * calls/: what happens to one call from the moment it is accepted until its answer is read. Admission
+ * (this file: tier, scope, input, then one Redis script for rate limit, slot and credit hold), the
+ * runner and worker pool that execute it, the root protocol's chains and parallels, job watching,
+ * idempotency, cancel, webhooks and calls paid per call. It decides the order of a call's steps; the
+ * money it moves is money/'s, who may call is access/'s, and faces/ only translate.
+ */
 import { randomUUID } from 'node:crypto';
 import { ownsJob } from '../access/keys.js';
 import type { Config } from '../config.js';
@@ -164,7 +171,7 @@ export class CallService {
       // Awaited: an Idempotency-Key claim records the job before it can run.
       await opts.onJobId?.(jobId);
       await this.deps.queues.add(tool.family, jobId, data);
-    } catch (e) {
+    } catch {
       wait?.cancel();
       // With Redis gone the release fails too: the reconciler gives the hold and slot back once the
       // grace period shows no job came of them. The API's connection has no offline queue and never

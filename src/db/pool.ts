@@ -1,3 +1,7 @@
+/**
+ * db/: Postgres. The pool (this file), migrations and the text guard for what Postgres refuses. The
+ * statements live with the rooms that own their tables.
+ */
 import {
   createPool,
   createTypeParserPreset,

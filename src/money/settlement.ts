@@ -1,3 +1,8 @@
+/**
+ * money/: credits and where they go. Holds taken at admission, settlement (this file: a job's charge
+ * and its answer written together, exactly once), stored results, partners' shares and the
+ * reconciler that repairs holds after a crash. Every cent that moves, moves here.
+ */
 import { z } from 'zod';
 import type pg from 'pg';
 import type { Logger } from 'pino';

@@ -1,3 +1,8 @@
+/**
+ * ops/: what operators use. Admin actions (this file: the CLI's accounts, keys, credits, partners),
+ * the queue dashboard, embedded Postgres and Redis for the one-command start, the client package,
+ * metrics and the sealed-key checks at start-up.
+ */
 import { randomUUID } from 'node:crypto';
 import type { Redis } from '../queue/redis.js';
 import { AppError } from '../errors.js';
@@ -7,7 +12,6 @@ import type { Plan } from '../tools/types.js';
 import type { CreditReservations } from '../money/holds.js';
 import { KeyAuthenticator } from '../access/auth.js';
 import { createPartner, creditPaid, partnerReport } from '../money/partners.js';
-import { z } from 'zod';
 import type { KeyType } from '../access/key-format.js';
 
 /** Operator actions, shared by the admin CLI and the demo seed. */

@@ -1,3 +1,8 @@
+/**
+ * queue/: Redis and BullMQ. The family queues and flows (this file), completion dispatch, job events
+ * and records, result references, the key space and memory policy, heartbeats. It moves jobs and
+ * their answers; it decides nothing about who pays or may call.
+ */
 import { randomUUID } from 'node:crypto';
 import { FlowProducer, Job, Queue, type JobsOptions, type FlowJob } from 'bullmq';
 import { FAMILIES, type Config, type Family } from '../config.js';

@@ -1,3 +1,7 @@
+/**
+ * sandbox/: worker threads that run tools' CPU work on caller input, each call under its own time,
+ * memory and size limits (this file: the pool; thread.ts: one thread). What runs there is tools/'.
+ */
 import { Worker } from 'node:worker_threads';
 import pino, { type Logger } from 'pino';
 import type { Config } from '../config.js';

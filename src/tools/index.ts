@@ -1,3 +1,8 @@
+/**
+ * tools/: the catalogue. Each tool's definition (input and output schemas, price, tier, family,
+ * limits) and handler, the families' CPU tasks, and the registry (this file). Tools see the world only
+ * through their ToolContext; they import nothing above them.
+ */
 import type { Config, Family } from '../config.js';
 import { AppError } from '../errors.js';
 import type { AnyTool, Need, Plan } from './types.js';

@@ -226,13 +226,6 @@ async function settleDown(accountIds: string[], keyIds: string[]): Promise<Idle>
   return s;
 }
 
-async function restartWorkers(): Promise<void> {
-  for (const w of workers) {
-    await w.kill();
-    w.start();
-  }
-}
-
 async function ensureHealthy(): Promise<void> {
   if (!redis.ping()) await redis.start();
   if (api.proc?.exitCode !== null || api.proc?.signalCode !== null) api.start();

@@ -2,11 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import openapiTS, { astToString } from 'openapi-typescript';
 import createClient from 'openapi-fetch';
-import { json, startHarness, testEnv, type Harness, type TestAccount } from '../helpers/harness.js';
+import { json, startHarness, type Harness, type TestAccount } from '../helpers/harness.js';
 import { TOOLS } from '../../src/tools/index.js';
 import { ERROR_STATUS } from '../../src/errors.js';
 import { inputJsonSchema } from '../../src/calls/catalogue.js';
-import { openApiDocument } from '../../src/faces/http/openapi-document.js';
 import { loadConfig } from '../../src/config.js';
 
 let h: Harness;
@@ -42,8 +41,13 @@ describe('GET /openapi.json', () => {
   });
 
   it('also validates with x402 enabled, and then offers the x402 schemes (v2 PAYMENT-SIGNATURE, v1 X-Payment) except on side-effect tools', async () => {
-    const config = loadConfig({}, testEnv({ X402_ENABLED: 'true', X402_PAY_TO: `0x${'1'.repeat(40)}`, X402_SETTLEMENT: 'deferred' }));
-    const doc = openApiDocument('https://api.example.com', config) as Record<string, any>;
+    const h2 = await startHarness({ X402_ENABLED: 'true', X402_PAY_TO: `0x${'1'.repeat(40)}`, X402_SETTLEMENT: 'deferred' }, { workers: [] });
+    let doc: Record<string, any>;
+    try {
+      doc = json(await h2.request({ method: 'GET', url: '/openapi.json' }));
+    } finally {
+      await h2.close();
+    }
     await expectValid(doc);
     expect(doc.components.securitySchemes.x402Payment).toMatchObject({ type: 'apiKey', in: 'header', name: 'PAYMENT-SIGNATURE' });
     expect(doc.components.securitySchemes.x402PaymentV1).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-Payment' });

@@ -5,8 +5,45 @@ import { sql } from '../../db/pool.js';
 import { DEFERRED_WARNING } from '../../pay/x402/settler.js';
 import { catalogue, rootDocument, toolDetail, manifest } from '../../calls/catalogue.js';
 import { getTool } from '../../tools/index.js';
+import { PLANS } from '../../tools/types.js';
 import { workerCounts } from '../../queue/heartbeat.js';
 import { buildClientPackage } from '../../ops/client-package.js';
+import { FAMILIES } from '../../config.js';
+import { OpenSchema, ToolNameParams } from './openapi-components.js';
+import { errors, input, media, named, ok, type RouteSchema } from './route-schema.js';
+import { z } from 'zod';
+
+const HealthSchema = named(
+  'Health',
+  z
+    .object({
+      status: z.enum(['ok', 'degraded']),
+      checks: z.object({ redis: z.enum(['ok', 'down']), postgres: z.enum(['ok', 'down']) }),
+      workers: z.enum(['inline', 'off']).describe("Whether this process runs worker pools ('inline') or none ('off')."),
+      worker_counts: z.record(z.enum(FAMILIES), z.number().int()).nullable().describe('Live worker processes per family, across the deployment (null while Redis is down).'),
+      down: z.array(z.string()).optional().describe('What is missing: redis, postgres, or workers:<family>.'),
+      warnings: z.array(z.string()).optional(),
+      time: z.string().datetime(),
+    })
+    .describe('The service and its dependencies; 503 with `down` when something is missing.'),
+);
+
+const ToolListSchema = named(
+  'ToolList',
+  z.object({
+    tools: z.array(
+      z
+        .object({
+          name: z.string(),
+          cost: z.string().describe('The price in dollars, e.g. $0.02.'),
+          endpoint: z.string().describe('POST /tools/<name>'),
+          price_cents: z.number().int(),
+          tier: z.enum(PLANS).describe('The lowest plan that may call it.'),
+          description: z.string(),
+        }),
+    ),
+  }),
+);
 
 const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
 
@@ -30,7 +67,19 @@ export function baseUrl(app: FastifyInstance, req: FastifyRequest): string {
 export async function metaRoutes(app: FastifyInstance): Promise<void> {
   const { config } = app.container;
 
-  app.get('/', async (req) => rootDocument(baseUrl(app, req), config));
+  app.get(
+    '/',
+    {
+      schema: {
+        operationId: 'rootDocument',
+        tags: ['Discovery'],
+        summary: 'The root document: tools by tier, endpoints, protocol, links',
+        security: 'none',
+        response: { '200': ok(OpenSchema, 'Tools by tier, endpoints, the root protocol, links.'), ...errors([], { keyed: false }) },
+      } satisfies RouteSchema,
+    },
+    async (req) => rootDocument(baseUrl(app, req), config),
+  );
 
   /**
    * Each dependency (Redis, Postgres: `ok` or `down`, 1 s each) and the live workers per family from
@@ -40,7 +89,18 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
    * when none ever had one, so an API started with no workers at all is degraded, while a deployment
    * that runs only some families (a core-only worker) is healthy once those have workers.
    */
-  app.get('/health', async (_req, reply) => {
+  app.get(
+    '/health',
+    {
+      schema: {
+        operationId: 'health',
+        tags: ['Discovery'],
+        summary: 'Health of the service, its dependencies and worker families',
+        security: 'none',
+        response: { '200': ok(HealthSchema, 'Everything answers.'), '503': ok(HealthSchema, 'Degraded: `down` names what is missing.') },
+      } satisfies RouteSchema,
+    },
+    async (_req, reply) => {
     const within = async <T>(f: () => Promise<T>): Promise<T | null> => {
       let timer: NodeJS.Timeout | undefined;
       try {
@@ -76,13 +136,21 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
       ...(warnings.length ? { warnings } : {}),
       time: new Date().toISOString(),
     });
-  });
+    },
+  );
 
   // The stdio MCP client as an npm tarball, for `npx -y <base>/client/tollgate-mcp.tgz` (the root
   // document's `npm`). Packed once, in memory, while the app starts; no key needed.
   const clientPackage = buildClientPackage();
   clientPackage.catch((e: unknown) => app.log.error({ err: e }, 'cannot pack the stdio MCP client'));
-  app.get('/client/tollgate-mcp.tgz', async (req, reply) => {
+  const clientSchema: RouteSchema = {
+    operationId: 'mcpClientPackage',
+    tags: ['Discovery'],
+    summary: 'The stdio MCP client as an npm tarball (npx -y <base>/client/tollgate-mcp.tgz)',
+    security: 'none',
+    response: { '200': media('application/gzip', 'npm package tarball.', { type: 'string', format: 'binary' }), '304': { description: 'Not modified (If-None-Match).' } },
+  };
+  app.get('/client/tollgate-mcp.tgz', { schema: clientSchema }, async (req, reply) => {
     const { tarball, integrity } = await clientPackage;
     const etag = `"${integrity}"`;
     reply.header('etag', etag).header('cache-control', 'public, max-age=300');
@@ -90,15 +158,45 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
     return reply.type('application/gzip').header('content-disposition', 'attachment; filename="tollgate-mcp.tgz"').send(tarball);
   });
 
-  app.get('/tools', async () => ({ tools: catalogue() }));
+  app.get(
+    '/tools',
+    {
+      schema: { operationId: 'listTools', tags: ['Discovery'], summary: 'Every tool with its price', security: 'none', response: { '200': ok(ToolListSchema, 'Every tool with its price.'), ...errors([], { keyed: false }) } } satisfies RouteSchema,
+    },
+    async () => ({ tools: catalogue() }),
+  );
 
-  app.get<{ Params: { name: string } }>('/tools/:name', async (req) => toolDetail(getTool(req.params.name)));
+  app.get(
+    '/tools/:name',
+    {
+      schema: {
+        operationId: 'getTool',
+        tags: ['Discovery'],
+        summary: "One tool: its input and output JSON Schemas, examples, price and tier",
+        security: 'none',
+        params: ToolNameParams,
+        response: { '200': ok(OpenSchema, "The tool's input JSON Schema, examples, price and tier."), ...errors(['404'], { keyed: false }) },
+      } satisfies RouteSchema,
+    },
+    async (req) => toolDetail(getTool(input<typeof ToolNameParams>(req, 'params').name)),
+  );
 
-  app.get('/v1/manifest', async (req) => manifest(baseUrl(app, req)));
+  app.get(
+    '/v1/manifest',
+    { schema: { operationId: 'manifest', tags: ['Discovery'], summary: 'Tiers and prices', security: 'none', response: { '200': ok(OpenSchema, 'Tiers and prices.') } } satisfies RouteSchema },
+    async (req) => manifest(baseUrl(app, req)),
+  );
 
   // The README (full API documentation) as Markdown.
   let readme: string | null = null;
-  app.get('/docs/readme', async (_req, reply) => {
+  const readmeSchema: RouteSchema = {
+    operationId: 'readme',
+    tags: ['Discovery'],
+    summary: 'The README, as Markdown',
+    security: 'none',
+    response: { '200': media('text/markdown', 'The README.') },
+  };
+  app.get('/docs/readme', { schema: readmeSchema }, async (_req, reply) => {
     readme ??= await readFile(new URL('../../../README.md', import.meta.url), 'utf8');
     return reply.type('text/markdown; charset=utf-8').send(readme);
   });

@@ -1,20 +1,283 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, RouteOptions } from 'fastify';
 import cors from '@fastify/cors';
+import type { ZodTypeAny } from 'zod';
+import { zodToJsonSchema } from 'zod-to-json-schema';
 import type { Config } from '../../config.js';
 import { TOOLS } from '../../tools/index.js';
-import { openApiDocument } from './openapi-document.js';
+import type { AnyTool } from '../../tools/types.js';
+import { API_VERSION, inputJsonSchema, outputJsonSchema } from '../../calls/catalogue.js';
 import { baseUrl } from './meta.js';
+import { HEADERS, EVENT_STREAM, parameters, responses, securitySchemes } from './openapi-components.js';
+import { ERROR_RESPONSES, TAGS, namedSchemas, type JsonSchema, type ResponseDoc, type ResponseRef, type RouteSchema, type Security } from './route-schema.js';
 
-/** GET /openapi.json: the OpenAPI 3.1 document (no key needed), rebuilt when the base URL or the registry changes. */
+/**
+ * GET /openapi.json, generated from the routes: every route Fastify registers states its schema
+ * (route-schema.ts), and this walks them. Tools' per-tool paths (/tools/compute, ...) come from the
+ * registry: each tool's input and output schemas, examples and price. Routes that third-party plugins
+ * register (the reference page, the queue dashboard) get their description here, by method and path.
+ */
+
+type Json = Record<string, unknown>;
+
+/** Routes registered by plugins that take no schema of ours: described here, or left out with the reason. */
+const THIRD_PARTY: Record<string, Omit<RouteSchema, 'response'> & { response?: RouteSchema['response'] }> = {
+  'GET /docs': {
+    operationId: 'reference',
+    tags: ['Discovery'],
+    summary: 'The interactive API reference (this document, rendered)',
+    security: 'none',
+    response: { '200': { description: 'HTML page.', content: { 'text/html': { schema: { type: 'string' } } } } },
+  },
+  'GET /docs/': { operationId: 'referenceSlash', tags: ['Discovery'], summary: 'The reference page', hide: 'the same page as GET /docs' },
+  'GET /docs/js/scalar.js': { operationId: 'referenceScript', tags: ['Discovery'], summary: 'The reference page script', hide: "the reference page's own script" },
+  'GET /docs/openapi.json': { operationId: 'referenceDocument', tags: ['Discovery'], summary: 'The document', hide: 'the reference plugin\'s copy of GET /openapi.json' },
+  'GET /docs/openapi.yaml': { operationId: 'referenceDocumentYaml', tags: ['Discovery'], summary: 'The document', hide: 'the reference plugin\'s YAML copy of GET /openapi.json' },
+  'OPTIONS *': { operationId: 'preflight', tags: ['Discovery'], summary: 'CORS preflight', hide: 'CORS preflight for every route (see CORS_ALLOWED_HEADERS)' },
+};
+const DASHBOARD_PREFIX = '/admin/queues';
+
+const routeTables = new WeakMap<object, RouteOptions[]>();
+
+/**
+ * Records every route registered on `app` from now on (call it before registering any). A route
+ * without a schema is registered anyway and fails the document's test.
+ */
+export function recordRoutes(app: FastifyInstance): void {
+  const table: RouteOptions[] = [];
+  routeTables.set(app.server, table);
+  // Input is parsed in handlers, after authentication (route-schema.ts); answers are sent as they are.
+  app.setValidatorCompiler(() => (data) => ({ value: data }));
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
+  app.addHook('onRoute', (route) => {
+    const methods = ([] as string[]).concat(route.method);
+    if (methods.every((m) => m === 'HEAD')) return; // Fastify's HEAD twin of each GET
+    const key = `${methods[0]} ${route.url}`;
+    // Plugins' own routes come without a schema of ours (some with `{ hide: true }` for other generators).
+    if (!(route.schema as RouteSchema | undefined)?.operationId) {
+      const known = THIRD_PARTY[key];
+      if (known) route.schema = { response: {}, ...known } as RouteSchema;
+      else if (route.url.startsWith(DASHBOARD_PREFIX))
+        route.schema = (
+          route.url === `${DASHBOARD_PREFIX}/`
+            ? { operationId: 'queueDashboard', tags: ['Operators'], summary: 'The queue dashboard (Bull Board), with ADMIN_TOKEN', security: 'admin', response: { '200': { description: 'HTML page.', content: { 'text/html': { schema: { type: 'string' } } } } } }
+            : { operationId: `dashboard${table.length}`, tags: ['Operators'], summary: 'Queue dashboard internals', response: {}, hide: "the dashboard page's own API and assets" }
+        ) as RouteSchema;
+    }
+    table.push(route);
+  });
+}
+
+/** The routes recorded for `app` (every route of the server it belongs to). */
+export function recordedRoutes(app: FastifyInstance): readonly RouteOptions[] {
+  return routeTables.get(app.server) ?? [];
+}
+
+const AUTH = [{ bearerAuth: [] }];
+
+function securityFor(security: Security | undefined, x402: boolean): Json[] {
+  switch (security ?? 'key') {
+    case 'none':
+      return [];
+    case 'key-or-x402':
+      return x402 ? [...AUTH, { x402Payment: [] }, { x402PaymentV1: [] }] : AUTH;
+    case 'metrics':
+      return [{ metricsToken: [] }];
+    case 'admin':
+      return [{ adminToken: [] }];
+    default:
+      return AUTH;
+  }
+}
+
+/** Converts zod to JSON Schema; a schema named in route-schema.ts (or holding one) points at components.schemas. */
+function converter() {
+  const definitions = Object.fromEntries(namedSchemas());
+  const opts = { target: 'jsonSchema7' as const, definitions, basePath: ['#', 'components'], definitionPath: 'schemas' };
+  const convert = (schema: ZodTypeAny | JsonSchema): Json => {
+    if (!isZod(schema)) return schema;
+    const { $schema: _s, schemas: _d, ...rest } = zodToJsonSchema(schema, opts) as Json;
+    return rest;
+  };
+  const components = () => {
+    const out = zodToJsonSchema(Object.values(definitions)[0] ?? ({} as ZodTypeAny), opts) as Json;
+    return (out.schemas ?? {}) as Json;
+  };
+  return { convert, components };
+}
+
+function isZod(s: unknown): s is ZodTypeAny {
+  return typeof s === 'object' && s !== null && typeof (s as { safeParse?: unknown }).safeParse === 'function';
+}
+
+function parametersOf(schema: ZodTypeAny | undefined, where: 'path' | 'query', convert: (s: ZodTypeAny) => Json): Json[] {
+  if (!schema) return [];
+  const json = convert(schema);
+  const props = (json.properties ?? {}) as Record<string, Json>;
+  const required = new Set((json.required ?? []) as string[]);
+  return Object.entries(props).map(([name, s]) => {
+    const { description, ...rest } = s;
+    return { name, in: where, required: where === 'path' || required.has(name), ...(description ? { description } : {}), schema: rest };
+  });
+}
+
+function responsesOf(response: Record<string, ResponseDoc | ResponseRef>, convert: (s: ZodTypeAny | JsonSchema) => Json): Json {
+  const out: Json = {};
+  for (const [status, r] of Object.entries(response)) {
+    if ('$ref' in r) {
+      out[status] = r;
+      continue;
+    }
+    const headers = Object.fromEntries(['X-Request-Id', ...(r.headers ?? [])].map((h) => [h, { $ref: `#/components/headers/${h}` }]));
+    out[status] = {
+      description: r.description,
+      headers,
+      ...(r.content
+        ? {
+            content: Object.fromEntries(
+              Object.entries(r.content).map(([type, c]) => [type, { schema: convert(c.schema), ...(c.examples ? { examples: c.examples } : {}) }]),
+            ),
+          }
+        : {}),
+    };
+  }
+  return out;
+}
+
+const openApiPath = (url: string) => url.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
+
+/** One operation per tool: its input schema and examples, its result's schema, its price. */
+function toolOperation(tool: AnyTool, x402: boolean): Json {
+  const examples = Object.fromEntries(tool.examples.map((value, i) => [`example${i + 1}`, { value }]));
+  // Tools with side effects are never sold per call (src/faces/http/paid-calls.ts): a key only.
+  const payable = x402 && tool.priceCents > 0 && !tool.sideEffects;
+  const output = outputJsonSchema(tool);
+  const result = output
+    ? { allOf: [{ $ref: '#/components/schemas/CallResult' }, { type: 'object', properties: { result: output } }] }
+    : { $ref: '#/components/schemas/CallResult' };
+  const headers = Object.fromEntries(
+    ['X-Request-Id', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'X-Job-Id', 'Idempotent-Replayed', ...(payable ? ['PAYMENT-RESPONSE', 'X-Payment-Response'] : [])].map(
+      (h) => [h, { $ref: `#/components/headers/${h}` }],
+    ),
+  );
+  return {
+    operationId: `callTool_${tool.name}`,
+    tags: ['Tools'],
+    summary: `${tool.name} (${(tool.priceCents / 100).toFixed(2)} USD, ${tool.tier} plan)`,
+    description:
+      `${tool.description}\n\nTier: ${tool.tier}. Price: ${tool.priceCents} cents per successful call. Family: ${tool.family}. ` +
+      `Result: ${tool.output}.` +
+      (tool.sideEffects ? ' Changes things outside the service (sandbox keys get a dry run).' : '') +
+      (tool.needsEdgeToken ? ' Needs the caller\u2019s edge-network token in X-Edge-Token (or `edge_token` in the body).' : '') +
+      ` The root protocol's \`q\` fills \`${tool.qField}\`. Without Prefer the call waits for its answer; ` +
+      '`Prefer: respond-async` answers 202 at once.',
+    security: payable ? [...AUTH, { x402Payment: [] }, { x402PaymentV1: [] }] : AUTH,
+    parameters: [
+      { $ref: '#/components/parameters/Idempotency-Key' },
+      { $ref: '#/components/parameters/Prefer' },
+      { $ref: '#/components/parameters/Callback-Url' },
+      ...(tool.needsEdgeToken ? [{ $ref: '#/components/parameters/X-Edge-Token' }] : []),
+    ],
+    requestBody: { required: true, content: { 'application/json': { schema: inputJsonSchema(tool), examples } } },
+    responses: {
+      '200': {
+        description: 'The call ran and was charged.',
+        headers,
+        content: {
+          'application/json': { schema: result },
+          'text/event-stream': { schema: { $ref: '#/components/schemas/EventStream' } },
+        },
+      },
+      '202': { $ref: '#/components/responses/Accepted' },
+      ...Object.fromEntries(
+        (['400', '401', '402', '403', '404', '409', '413', '415', '422', '429', '500', '502', '503', '504'] as const).map((c) => [c, { $ref: `#/components/responses/${ERROR_RESPONSES[c]}` }]),
+      ),
+    },
+  };
+}
+
+/** The whole document for `base`, from the routes recorded on `app`. */
+export function openApiDocument(app: FastifyInstance, base: string, config: Config): Json {
+  const x402 = config.X402_ENABLED;
+  const { convert, components } = converter();
+  const paths: Record<string, Json> = {};
+  for (const route of recordedRoutes(app)) {
+    const schema = route.schema as RouteSchema | undefined;
+    if (!schema || schema.hide) continue;
+    const path = openApiPath(route.url);
+    for (const method of ([] as string[]).concat(route.method)) {
+      if (method === 'HEAD') continue;
+      const body = schema.body
+        ? {
+            requestBody: {
+              required: true,
+              content: { [schema.bodyMediaType ?? 'application/json']: { schema: convert(schema.body), ...(schema.bodyExamples ? { examples: schema.bodyExamples } : {}) } },
+            },
+          }
+        : {};
+      (paths[path] ??= {})[method.toLowerCase()] = {
+        operationId: schema.operationId,
+        tags: schema.tags,
+        summary: schema.summary,
+        ...(schema.description ? { description: schema.description } : {}),
+        security: securityFor(schema.security, x402),
+        parameters: [
+          ...parametersOf(schema.params, 'path', convert),
+          ...parametersOf(schema.querystring, 'query', convert),
+          ...(schema.parameters ?? []).map((p) => ({ $ref: `#/components/parameters/${p}` })),
+        ],
+        ...body,
+        responses: responsesOf(schema.response, convert),
+      };
+    }
+  }
+  for (const tool of TOOLS) paths[`/tools/${tool.name}`] = { post: toolOperation(tool, x402) };
+
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'Tollgate API',
+      version: API_VERSION,
+      description:
+        `Tools for paying callers over HTTP: REST (POST /tools/{name}), the root protocol (POST /), MCP (POST /mcp), an OpenAI-compatible chat API` +
+        `${x402 ? ' and x402 pay-per-call' : ''}. This service has ${TOOLS.length} tools: ${TOOLS.map((t) => t.name).join(', ')}. ` +
+        'Every error has the envelope {"error": {"code", "message", "request_id"}}. The README is at /docs/readme.',
+      'x-total-tools': TOOLS.length,
+    },
+    servers: [{ url: base }],
+    security: AUTH,
+    tags: TAGS.map((name) => ({ name })),
+    components: {
+      securitySchemes: securitySchemes(config),
+      headers: HEADERS,
+      parameters: parameters(),
+      schemas: { ...components(), EventStream: EVENT_STREAM },
+      responses: responses(),
+    },
+    paths,
+  };
+}
+
+/** GET /openapi.json: the OpenAPI 3.1 document (no key needed), rebuilt when the base URL changes. */
 export async function openApiRoutes(app: FastifyInstance): Promise<void> {
   const { config } = app.container;
   let cached: { key: string; doc: object } | null = null;
-  app.get('/openapi.json', async (req, reply) => {
-    const base = baseUrl(app, req);
-    const key = `${base}\n${TOOLS.length}`;
-    if (cached?.key !== key) cached = { key, doc: openApiDocument(base, config) };
-    return reply.header('cache-control', 'public, max-age=60').send(cached.doc);
-  });
+  app.get(
+    '/openapi.json',
+    {
+      schema: {
+        operationId: 'openApiDocument',
+        tags: ['Discovery'],
+        summary: 'This document',
+        security: 'none',
+        response: { '200': { description: 'The OpenAPI 3.1 document.', content: { 'application/json': { schema: { type: 'object' } } } } },
+      } satisfies RouteSchema,
+    },
+    async (req, reply) => {
+      const base = baseUrl(app, req);
+      if (cached?.key !== base) cached = { key: base, doc: openApiDocument(app, base, config) };
+      return reply.header('cache-control', 'public, max-age=60').send(cached.doc);
+    },
+  );
 }
 
 /** Response headers a browser caller may read. */

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { x402Settlement, type Config, type X402Settlement } from '../../config.js';
+import { x402Settlement, type Config, } from '../../config.js';
 import {
   X402_VERSION,
   X402_VERSION_2,

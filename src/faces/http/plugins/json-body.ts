@@ -61,7 +61,8 @@ export function jsonBodyParser(app: FastifyInstance, maxDepth: number): JsonBody
   return (req, body, done) => {
     if (nestsDeeperThan(body, maxDepth)) return done(jsonTooDeepError(maxDepth));
     if (!SUSPECT_ESCAPE.test(body)) return parse(req, body, done);
-    parse(req, body, (err, value) => {
+    // Fastify's parser is callback-style here (its type also allows a promise, which it never returns).
+    void parse(req, body, (err, value) => {
       if (err) return done(err);
       const where = refusedPath(value);
       return where ? done(unsupportedCharacter(['body', ...where])) : done(null, value);
