@@ -1,5 +1,14 @@
 import { z } from 'zod';
-import { defineTool } from '../types.js';
+import { PLANS, defineTool } from '../types.js';
+
+const BalanceOutput = z.object({
+  credits: z.number().int().describe("The account's balance, in cents"),
+  plan: z.enum(PLANS),
+  used_this_month: z
+    .number()
+    .int()
+    .describe("Cents charged this calendar month (UTC): the account's, or the sub-key's own when called with a sub-key"),
+});
 
 export const checkBalance = defineTool({
   name: 'check_balance',
@@ -10,6 +19,7 @@ export const checkBalance = defineTool({
   input: z.object({ q: z.string().max(1000).optional().describe('Ignored; lets check_balance sit in a chain') }).strict(),
   qField: 'q',
   output: '{credits, plan, used_this_month}',
+  outputSchema: BalanceOutput,
   examples: [{}],
   handler: async (_input, ctx) => ctx.balance(),
 });

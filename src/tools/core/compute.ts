@@ -40,6 +40,16 @@ const ComputeInput = z.object({
   precision: z.number().int().min(1).max(64).optional().describe('Significant digits for the formatted result (default 14)'),
 });
 
+const ComputeOutput = z.object({
+  expression: z.string(),
+  result: z.string().describe('The value as mathjs formats it, to the requested precision'),
+  value: z
+    .union([z.number(), z.array(z.unknown())])
+    .nullable()
+    .describe('The value itself when it is a finite number, the nested arrays of a matrix, otherwise null (units, complex numbers, strings...)'),
+  type: z.string().describe("mathjs's name for the value's type: number, Matrix, Unit, Complex, boolean, string..."),
+});
+
 export const compute = defineTool({
   name: 'compute',
   description: 'Evaluates a math expression exactly as written (arithmetic, functions, units, matrices) with mathjs.',
@@ -49,6 +59,7 @@ export const compute = defineTool({
   input: ComputeInput,
   qField: 'expression',
   output: '{expression, result (formatted string), value (number when numeric), type}',
+  outputSchema: ComputeOutput,
   examples: [{ expression: '2 * (3 + 4)' }, { expression: 'sqrt(2) * 10', precision: 6 }, { expression: '12.5 cm to inch' }],
   isolated: import.meta.url,
   handler: async ({ expression, precision }, ctx) => {

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { applyWrites, resolveZone, switchEnabled, switchSetting, zoneOut, zoneRef, defineEdgeTool } from './common.js';
-import { requireOne, ruleOperationFields, ruleOperationProblems, runRuleOperation } from './rulesets.js';
+import { ZoneOut, applyWrites, orDryRun, resolveZone, switchEnabled, switchSetting, zoneOut, zoneRef, defineEdgeTool } from './common.js';
+import { RuleOperationOut, requireOne, ruleOperationFields, ruleOperationProblems, runRuleOperation } from './rulesets.js';
 
 /** Cloudflare accepts this many files, tags, hosts or prefixes per purge request on every plan. */
 const PURGE_CHUNK = 30;
@@ -34,6 +34,15 @@ export const cfPurgeCache = defineEdgeTool({
     }),
   qField: 'zone',
   output: '{zone, purged: {files, tags, hosts, prefixes}, requests} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: orDryRun(
+    z.object({
+      zone: ZoneOut,
+      purged: z
+        .object({ files: z.number().int().min(0), tags: z.number().int().min(0), hosts: z.number().int().min(0), prefixes: z.number().int().min(0) })
+        .describe('How many of each kind were purged'),
+      requests: z.number().int().min(1).describe('Purge requests sent (one kind, at most 30 items, per request)'),
+    }),
+  ),
   examples: [
     { zone: 'example.com', files: ['https://example.com/css/site.css', 'https://example.com/js/app.js'] },
     { zone: 'example.com', tags: ['product-123'] },
@@ -66,6 +75,9 @@ export const cfPurgeAll = defineEdgeTool({
   input: z.object({ zone: zoneRef }),
   qField: 'zone',
   output: '{zone, purged_everything: true, purge_id} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: orDryRun(
+    z.object({ zone: ZoneOut, purged_everything: z.literal(true), purge_id: z.string().nullable().describe("The id Cloudflare gave the purge, if it gave one") }),
+  ),
   examples: [{ zone: 'example.com' }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
@@ -87,6 +99,14 @@ export const cfDevMode = defineEdgeTool({
   }),
   qField: 'zone',
   output: '{zone, enabled, time_remaining_seconds, changed} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: orDryRun(
+    z.object({
+      zone: ZoneOut,
+      enabled: z.boolean(),
+      time_remaining_seconds: z.number().min(0).describe('Seconds until development mode turns itself off (0 when off)'),
+      changed: z.boolean().describe('false when it already was in the asked state (or none was asked)'),
+    }),
+  ),
   examples: [{ zone: 'example.com', enabled: true }, { zone: 'example.com' }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
@@ -121,6 +141,7 @@ export const cfCacheRules = defineEdgeTool({
     }),
   qField: 'zone',
   output: '{zone, rules: [{id, description, action, expression, enabled, action_parameters}]} for list; {zone, rule, changed} for set/delete; or {dry_run, requests}',
+  outputSchema: RuleOperationOut,
   examples: [
     { zone: 'example.com' },
     { zone: 'example.com', operation: 'set', name: 'Cache static assets', match: { extensions: ['css', 'js', 'png', 'jpg'] }, edge_ttl_seconds: 86400 },

@@ -124,6 +124,9 @@ export interface Zone {
 /** How a tool's output names the zone it worked on. */
 export const zoneOut = (z: Zone) => ({ id: z.id, name: z.name });
 
+/** zoneOut's shape, in output schemas. */
+export const ZoneOut = z.object({ id: z.string().describe('Zone id (32 hex characters)'), name: z.string().describe('Zone name, e.g. example.com') });
+
 export function zoneSummary(z: Zone) {
   return {
     id: z.id,
@@ -138,6 +141,20 @@ export function zoneSummary(z: Zone) {
     activated_on: z.activated_on ?? null,
   };
 }
+
+/** zoneSummary's shape, in output schemas (Cloudflare's zone reduced to what callers use). */
+export const ZoneSummaryOut = z.object({
+  id: z.string(),
+  name: z.string(),
+  status: z.string().nullable().describe('Cloudflare zone status: active, pending, initializing, moved...'),
+  paused: z.boolean(),
+  type: z.string().nullable().describe('full (Cloudflare runs the DNS), partial (CNAME setup) or secondary'),
+  plan: z.string().nullable().describe("The plan's name, e.g. Free Website"),
+  name_servers: z.array(z.string()).describe('The name servers Cloudflare assigned to the zone'),
+  account: z.object({ id: z.string(), name: z.string().nullable() }).nullable(),
+  created_on: z.string().nullable(),
+  activated_on: z.string().nullable().describe('When the zone last became active; null while pending'),
+});
 
 /** Looks the zone up by id or by name; a zone the token cannot see is a `tool_failed`. */
 export async function resolveZone(cf: CfClient, ref: string): Promise<Zone> {
@@ -168,6 +185,25 @@ export async function resolveAccountId(cf: CfClient, given: string | undefined):
     `This token can see ${items.length} accounts; pass account_id, one of: ${items.map((a) => `${a.id} (${a.name ?? 'unnamed'})`).join(', ')}`,
     { issues: [{ path: ['account_id'], message: 'required when the token sees several accounts' }] },
   );
+}
+
+/** What a sandbox call of a writing tool returns instead (cf-client's dryRun): the writes it would send. */
+export const DryRunOut = z.object({
+  dry_run: z.literal(true),
+  requests: z
+    .array(
+      z.object({
+        method: z.enum(['POST', 'PUT', 'PATCH', 'DELETE']),
+        path: z.string().describe('Path under the API base, with any query string'),
+        body: z.unknown().optional().describe('The exact JSON body, or {content_type: multipart/form-data, parts} for an upload'),
+      }),
+    )
+    .describe('The requests a real call would send, in order; nothing was sent'),
+});
+
+/** A writing tool's output schema: its result, or the dry run a sandbox key gets. */
+export function orDryRun<T extends z.ZodTypeAny>(result: T) {
+  return z.union([result, DryRunOut]);
 }
 
 /** Sandbox calls return the planned writes; others send them one by one and return the results. */

@@ -27,6 +27,22 @@ export interface DnsRecord {
   modified_on?: string;
 }
 
+/** The record types Cloudflare's API description lists (a zone may hold any of them, not only RECORD_TYPES). */
+const CF_RECORD_TYPES = ['A', 'AAAA', 'CAA', 'CERT', 'CNAME', 'DNSKEY', 'DS', 'HTTPS', 'LOC', 'MX', 'NAPTR', 'NS', 'PTR', 'SMIMEA', 'SRV', 'SSHFP', 'SVCB', 'TLSA', 'TXT', 'URI'] as const;
+
+/** recordSummary's shape, in output schemas. */
+export const RecordOut = z.object({
+  id: z.string().describe('DNS record id (32 hex characters)'),
+  type: z.enum(CF_RECORD_TYPES),
+  name: z.string().describe('Full name, e.g. www.example.com'),
+  content: z.string(),
+  ttl: z.number().int().describe('Seconds; 1 means automatic'),
+  proxied: z.boolean(),
+  priority: z.number().int().optional().describe('MX and SRV (and URI) priority, when the record has one'),
+  data: z.record(z.unknown()).optional().describe("Structured value of CAA, SRV and similar records, as Cloudflare returns it (its fields depend on the type)"),
+  comment: z.string().optional().describe('The note stored with the record, when it has one'),
+});
+
 export function recordSummary(r: DnsRecord) {
   return {
     id: r.id,
@@ -265,6 +281,24 @@ export interface BatchResult {
   puts?: DnsRecord[];
   posts?: DnsRecord[];
 }
+
+/** desiredBody's shape: a record a convenience tool writes. */
+const DesiredOut = z.object({
+  type: z.enum(['A', 'AAAA', 'CNAME', 'MX', 'TXT']),
+  name: z.string(),
+  content: z.string(),
+  ttl: z.number().int(),
+  proxied: z.boolean().optional().describe('A, AAAA and CNAME only'),
+  priority: z.number().int().optional().describe('MX only'),
+});
+
+/** planSummary's shape, in output schemas. */
+export const PlanChangesOut = z.object({
+  created: z.array(DesiredOut).describe('Records created'),
+  updated: z.array(z.object({ id: z.string(), from: RecordOut, to: DesiredOut })).describe('Records rewritten in place'),
+  deleted: z.array(RecordOut).describe('Records removed'),
+  unchanged: z.array(RecordOut).describe('Records that were already right'),
+});
 
 export function planSummary(p: RecordPlan) {
   return {

@@ -2,9 +2,10 @@ import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { type ToolContext } from '../types.js';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { applyWrites, fqdn, resolveZone, zoneOut, zoneRef, type Zone, defineEdgeTool } from './common.js';
+import { ZoneOut, applyWrites, fqdn, orDryRun, resolveZone, zoneOut, zoneRef, type Zone, defineEdgeTool } from './common.js';
 import {
   RecordInput,
+  RecordOut,
   recordAsInput,
   recordBody,
   recordFields,
@@ -36,6 +37,14 @@ async function selectRecords(cf: CfClient, zone: Zone, by: { record_id?: string;
   return items;
 }
 
+const ListDnsOutput = z.object({
+  zone: ZoneOut,
+  records: z.array(RecordOut),
+  count: z.number().int().min(0).describe('Records returned'),
+  total: z.number().int().min(0).describe('Records matching, as Cloudflare counts them'),
+  truncated: z.boolean().describe('More records match than limit allowed'),
+});
+
 export const cfListDns = defineEdgeTool({
   name: 'cf_list_dns',
   description: "Lists a zone's DNS records, optionally filtered by type, name or content (follows every page).",
@@ -49,6 +58,7 @@ export const cfListDns = defineEdgeTool({
   }),
   qField: 'zone',
   output: '{zone: {id, name}, records: [{id, type, name, content, ttl, proxied, priority?}], count, total, truncated}',
+  outputSchema: ListDnsOutput,
   examples: [{ zone: 'example.com' }, { zone: 'example.com', type: 'MX' }, { zone: 'example.com', name: 'www', type: 'A' }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
@@ -69,6 +79,7 @@ export const cfGetDns = defineEdgeTool({
   input: z.object(recordSelector).refine(selectsRecords, selectorIssue),
   qField: 'name',
   output: '{zone: {id, name}, records: [{id, type, name, content, ttl, proxied, priority?, comment?}]}',
+  outputSchema: z.object({ zone: ZoneOut, records: z.array(RecordOut) }),
   examples: [
     { zone: 'example.com', name: 'www' },
     { zone: 'example.com', name: '@', type: 'MX' },
@@ -92,6 +103,7 @@ export const cfCreateDns = defineEdgeTool({
     .superRefine((r, c) => recordProblems(r).forEach((i) => c.addIssue({ code: 'custom', path: i.path, message: i.message }))),
   qField: 'name',
   output: '{zone: {id, name}, record: {id, type, name, content, ttl, proxied, priority?}} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: orDryRun(z.object({ zone: ZoneOut, record: RecordOut.describe('The record as Cloudflare created it') })),
   examples: [
     { zone: 'example.com', type: 'A', name: 'app', content: '203.0.113.10', proxied: true },
     { zone: 'example.com', type: 'MX', name: '@', content: 'mail.example.net', priority: 10, ttl: 3600 },
@@ -148,6 +160,13 @@ export const cfUpdateDns = defineEdgeTool({
   ),
   qField: 'record_id',
   output: '{zone, record (as it is now), changed: boolean} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: orDryRun(
+    z.object({
+      zone: ZoneOut,
+      record: RecordOut.describe('The record as it is now'),
+      changed: z.boolean().describe('false when the record already had these values (nothing was sent)'),
+    }),
+  ),
   examples: [
     { zone: 'example.com', record_id: '372e67954025e0ba6aaa6d586b9e0b59', content: '198.51.100.7' },
     { zone: 'example.com', record_id: '372e67954025e0ba6aaa6d586b9e0b59', proxied: false, ttl: 300 },
@@ -183,6 +202,7 @@ export const cfDeleteDns = defineEdgeTool({
     .refine(selectsRecords, selectorIssue),
   qField: 'name',
   output: '{zone, deleted: [{id, type, name, content}]} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: orDryRun(z.object({ zone: ZoneOut, deleted: z.array(RecordOut).describe('The records deleted, as they were') })),
   examples: [
     { zone: 'example.com', record_id: '372e67954025e0ba6aaa6d586b9e0b59' },
     { zone: 'example.com', name: 'old-app', type: 'A' },
@@ -238,6 +258,14 @@ export const cfBulkDns = defineEdgeTool({
     }),
   qField: 'zone',
   output: '{zone, created: [record], updated: [record], deleted: [id]} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: orDryRun(
+    z.object({
+      zone: ZoneOut,
+      created: z.array(RecordOut),
+      updated: z.array(RecordOut).describe('The records as they are after the batch'),
+      deleted: z.array(z.string()).describe('Ids of the records deleted'),
+    }),
+  ),
   examples: [
     {
       zone: 'example.com',

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { type ToolContext } from '../types.js';
 import { CfClient } from './cf-client.js';
-import { resolveZone, zoneOut, zoneRef, type Zone, defineEdgeTool } from './common.js';
+import { ZoneOut, resolveZone, zoneOut, zoneRef, type Zone, defineEdgeTool } from './common.js';
 
 /**
  * Analytics, bandwidth and threats come from the GraphQL Analytics API (POST /graphql): the REST
@@ -103,6 +103,45 @@ export function humanBytes(n: number): string {
 
 const ratio = (part: number, whole: number) => (whole ? Math.round((part / whole) * 10000) / 10000 : 0);
 
+const count = z.number().int().min(0);
+const cacheRatio = z.number().min(0).max(1).describe('Cached share, rounded to 4 decimals (0 when there was nothing)');
+const PeriodOut = z.object({ since: z.string().describe('First day, YYYY-MM-DD (UTC)'), until: z.string().describe('Last day, YYYY-MM-DD (UTC)') });
+
+const AnalyticsOutput = z.object({
+  zone: ZoneOut,
+  period: PeriodOut,
+  totals: z.object({ requests: count, cached_requests: count, page_views: count, threats: count, bytes: count, cache_ratio: cacheRatio }),
+  status_codes: z.record(count).describe('Requests per HTTP status code served at the edge, by code'),
+  top_countries: z.array(z.object({ country: z.string().describe('Two-letter country code'), requests: count })).describe('At most 10, most requests first'),
+  days: z.array(z.object({ date: z.string(), requests: count, cached_requests: count, page_views: count, uniques: count, threats: count, bytes: count })),
+});
+
+const BandwidthOutput = z.object({
+  zone: ZoneOut,
+  period: PeriodOut,
+  totals: z.object({
+    bytes: count,
+    cached_bytes: count,
+    uncached_bytes: count,
+    encrypted_bytes: count,
+    cache_ratio: cacheRatio,
+    human: z.string().describe('bytes in decimal units, e.g. 30.0 MB'),
+  }),
+  top_countries: z.array(z.object({ country: z.string(), bytes: count })).describe('At most 10, most bytes first'),
+  content_types: z.array(z.object({ type: z.string(), bytes: count })).describe('At most 10, most bytes first'),
+  days: z.array(z.object({ date: z.string(), bytes: count, cached_bytes: count })),
+});
+
+const ThreatsOutput = z.object({
+  zone: ZoneOut,
+  period: z.object({ since: z.string().describe('ISO 8601 time (UTC)'), until: z.string().describe('ISO 8601 time (UTC)') }),
+  total_events: count,
+  by_action: z.array(z.object({ action: z.string().describe('e.g. block, managed_challenge'), source: z.string().describe('The rule source, e.g. firewallCustom'), count })),
+  top_ips: z.array(z.object({ ip: z.string(), country: z.string(), asn: z.number().int().min(0), count })),
+  top_countries: z.array(z.object({ country: z.string(), count })),
+  top_paths: z.array(z.object({ path: z.string(), count })),
+});
+
 export const cfAnalytics = defineEdgeTool({
   name: 'cf_analytics',
   description: 'Traffic analytics for a zone per day: requests, cache ratio, page views, visitors, threats, status codes and top countries.',
@@ -110,6 +149,7 @@ export const cfAnalytics = defineEdgeTool({
   input: z.object(PeriodInput),
   qField: 'zone',
   output: '{zone, period: {since, until}, totals: {requests, cached_requests, cache_ratio, page_views, threats, bytes}, status_codes: {code: requests}, top_countries: [{country, requests}], days: [{date, requests, cached_requests, page_views, uniques, threats, bytes}]}',
+  outputSchema: AnalyticsOutput,
   examples: [{ zone: 'example.com' }, { zone: 'example.com', days: 30 }, { zone: 'example.com', since: '2025-01-01', until: '2025-01-31' }],
   handler: async (input, ctx) => {
     const { zone, p, groups } = await dailyReport(
@@ -156,6 +196,7 @@ export const cfBandwidth = defineEdgeTool({
   input: z.object(PeriodInput),
   qField: 'zone',
   output: '{zone, period, totals: {bytes, cached_bytes, uncached_bytes, encrypted_bytes, cache_ratio, human}, top_countries: [{country, bytes}], content_types: [{type, bytes}], days: [{date, bytes, cached_bytes}]}',
+  outputSchema: BandwidthOutput,
   examples: [{ zone: 'example.com' }, { zone: 'example.com', days: 30 }],
   handler: async (input, ctx) => {
     const { zone, p, groups } = await dailyReport(
@@ -196,6 +237,7 @@ export const cfThreats = defineEdgeTool({
   }),
   qField: 'zone',
   output: '{zone, period: {since, until}, total_events, by_action: [{action, source, count}], top_ips: [{ip, country, asn, count}], top_countries: [{country, count}], top_paths: [{path, count}]}',
+  outputSchema: ThreatsOutput,
   examples: [{ zone: 'example.com' }, { zone: 'example.com', hours: 6, top: 20 }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { type ToolContext } from '../types.js';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { applyWrites, resolveZone, zoneOut, zoneRef, type Zone, defineEdgeTool } from './common.js';
+import { ZoneOut, applyWrites, orDryRun, resolveZone, zoneOut, zoneRef, type Zone, defineEdgeTool } from './common.js';
 
 /**
  * Page rules are Cloudflare's legacy per-URL overrides; they still work at /zones/{id}/pagerules and
@@ -68,6 +68,19 @@ interface PageRule {
   modified_on?: string;
 }
 
+/** summary's shape, in output schemas. */
+const PageRuleOut = z.object({
+  id: z.string(),
+  url: z.string().nullable().describe('The URL pattern the rule matches'),
+  actions: z
+    .array(z.object({ id: z.string(), value: z.unknown().optional() }).passthrough())
+    .describe("The rule's actions as Cloudflare holds them, e.g. {id: forward_url, value: {url, status_code}}"),
+  priority: z.number().int().describe('Higher wins when several rules match'),
+  status: z.enum(['active', 'disabled']),
+  modified_on: z.string().nullable(),
+});
+const WrittenPageRuleOutput = orDryRun(z.object({ zone: ZoneOut, page_rule: PageRuleOut.describe('The rule as Cloudflare now has it') }));
+
 function summary(r: PageRule) {
   return {
     id: r.id,
@@ -93,6 +106,7 @@ export const cfListPageRules = defineEdgeTool({
   input: z.object({ zone: zoneRef, status: z.enum(['active', 'disabled']).optional().describe('Only rules in this status') }),
   qField: 'zone',
   output: '{zone, page_rules: [{id, url, actions, priority, status}], count}',
+  outputSchema: z.object({ zone: ZoneOut, page_rules: z.array(PageRuleOut).describe('Highest priority first'), count: z.number().int().min(0) }),
   examples: [{ zone: 'example.com' }, { zone: 'example.com', status: 'active' }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
@@ -116,6 +130,7 @@ export const cfCreatePageRule = defineEdgeTool({
   }),
   qField: 'url',
   output: '{zone, page_rule: {id, url, actions, priority, status}} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: WrittenPageRuleOutput,
   examples: [
     { zone: 'example.com', url: '*example.com/static/*', actions: [{ id: 'cache_level', value: 'cache_everything' }, { id: 'edge_cache_ttl', value: 86400 }] },
     { zone: 'example.com', url: 'example.com/*', actions: [{ id: 'forward_url', url: 'https://www.example.com/$1', status_code: 301 }] },
@@ -153,6 +168,7 @@ export const cfUpdatePageRule = defineEdgeTool({
     }),
   qField: 'page_rule_id',
   output: '{zone, page_rule: {id, url, actions, priority, status}} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: WrittenPageRuleOutput,
   examples: [
     { zone: 'example.com', page_rule_id: '023e105f4ecef8ad9ca31a8372d0c353', status: 'disabled' },
     { zone: 'example.com', page_rule_id: '023e105f4ecef8ad9ca31a8372d0c353', actions: [{ id: 'cache_level', value: 'bypass' }] },
@@ -178,6 +194,7 @@ export const cfDeletePageRule = defineEdgeTool({
   input: z.object({ zone: zoneRef, page_rule_id: pageRuleId }),
   qField: 'page_rule_id',
   output: '{zone, deleted: page_rule_id} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: orDryRun(z.object({ zone: ZoneOut, deleted: z.string().describe('The id of the page rule deleted') })),
   examples: [{ zone: 'example.com', page_rule_id: '023e105f4ecef8ad9ca31a8372d0c353' }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);

@@ -1,9 +1,19 @@
 import { z } from 'zod';
 import { CfClient } from './cf-client.js';
-import { applyWrites, ipv4, ipv6, resolveZone, ttl, zoneOut, zoneRef, defineEdgeTool } from './common.js';
-import { batchWrite, planIsEmpty, planRecords, planSummary, recordsAt, recordSummary, type BatchResult, type Desired } from './dns-records.js';
+import { DryRunOut, ZoneOut, applyWrites, ipv4, ipv6, resolveZone, ttl, zoneOut, zoneRef, defineEdgeTool } from './common.js';
+import { PlanChangesOut, RecordOut, batchWrite, planIsEmpty, planRecords, planSummary, recordsAt, recordSummary, type BatchResult, type Desired } from './dns-records.js';
 
 const ADDRESS_TYPES = new Set(['A', 'AAAA', 'CNAME']);
+
+const PointToServerOutput = z.union([
+  z.object({
+    zone: ZoneOut,
+    changed: z.boolean().describe('false when the records already pointed there (nothing was sent)'),
+    records: z.array(RecordOut).describe('The address records at the names now'),
+    changes: PlanChangesOut,
+  }),
+  DryRunOut.extend({ changes: PlanChangesOut }),
+]);
 
 export const cfPointToServer = defineEdgeTool({
   name: 'cf_point_to_server',
@@ -25,6 +35,7 @@ export const cfPointToServer = defineEdgeTool({
   qField: 'zone',
   output:
     '{zone, changed, records: [{id, type, name, content, proxied, ttl}], changes: {created, updated, deleted, unchanged}} or, for sandbox keys, {dry_run, requests, changes}',
+  outputSchema: PointToServerOutput,
   examples: [
     { zone: 'example.com', ipv4: '203.0.113.10' },
     { zone: 'example.com', ipv4: '203.0.113.10', ipv6: '2001:db8::10', proxied: false, ttl: 300 },

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { AppError, isAppError } from '../../errors.js';
 import type { ToolContext } from '../types.js';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { applyWrites, resolveZone, zoneOut, zoneRef } from './common.js';
+import { DryRunOut, ZoneOut, applyWrites, resolveZone, zoneOut, zoneRef } from './common.js';
 
 /**
  * Helpers for the Rulesets API, where custom firewall rules (phase http_request_firewall_custom)
@@ -110,6 +110,43 @@ export function upsertWrite(zoneId: string, phase: Phase, rs: Ruleset | null, ex
 export function deleteWrite(zoneId: string, rs: Ruleset, rule: Rule): PlannedWrite {
   return { method: 'DELETE', path: cfPath`/zones/${zoneId}/rulesets/${rs.id}/rules/${rule.id}` };
 }
+
+/** ruleSummary's shape, in output schemas. */
+export const RuleOut = z.object({
+  id: z.string(),
+  description: z.string().describe("The rule's name"),
+  action: z.string().describe('What a match does, e.g. block or set_cache_settings'),
+  expression: z.string().describe('The Rules language expression it matches'),
+  enabled: z.boolean(),
+  action_parameters: z.record(z.unknown()).optional().describe("The action's parameters, as Cloudflare holds them (they depend on the action)"),
+  last_updated: z.string().nullable(),
+});
+
+/** RuleSpec's shape: what a set returns for the rule when Cloudflare's answer does not show it. */
+const RuleSpecOut = z.object({
+  action: z.string(),
+  expression: z.string(),
+  description: z.string(),
+  enabled: z.boolean(),
+  action_parameters: z.record(z.unknown()).optional(),
+});
+
+/**
+ * What runRuleOperation returns: the rules (list), the rule deleted (delete), the rule as it is or as
+ * written (set), or the dry run of a sandbox key.
+ */
+export const RuleOperationOut = z.union([
+  z.object({ zone: ZoneOut, rules: z.array(RuleOut) }),
+  z.object({ zone: ZoneOut, rule: RuleOut, deleted: z.literal(true), changed: z.literal(true) }),
+  z.object({ zone: ZoneOut, rule: RuleOut, changed: z.literal(false) }),
+  z.object({
+    zone: ZoneOut,
+    rule: z.union([RuleOut, RuleSpecOut]).describe('The rule as Cloudflare now has it (or, if its answer does not show it, as written, without id)'),
+    changed: z.literal(true),
+    created: z.boolean().describe('A new rule (rather than a change to the named one)'),
+  }),
+  DryRunOut,
+]);
 
 export function ruleSummary(r: Rule) {
   return {

@@ -2,10 +2,12 @@ import { isIPv4, isIPv6 } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { accountId, applyWrites, resolveAccountId, resolveZone, switchEnabled, switchSetting, zoneOut, zoneRef, defineEdgeTool } from './common.js';
-import { requireOne, ruleOperationFields, ruleOperationProblems, runRuleOperation } from './rulesets.js';
+import { ZoneOut, accountId, applyWrites, orDryRun, resolveAccountId, resolveZone, switchEnabled, switchSetting, zoneOut, zoneRef, defineEdgeTool } from './common.js';
+import { RuleOperationOut, requireOne, ruleOperationFields, ruleOperationProblems, runRuleOperation } from './rulesets.js';
 
 const SECURITY_LEVELS = ['essentially_off', 'low', 'medium', 'high'] as const;
+/** The security_level setting's values, as Cloudflare's API description lists them. */
+const securityLevel = z.enum(['off', 'essentially_off', 'low', 'medium', 'high', 'under_attack']);
 
 export const cfUnderAttack = defineEdgeTool({
   name: 'cf_under_attack',
@@ -19,6 +21,15 @@ export const cfUnderAttack = defineEdgeTool({
   }),
   qField: 'zone',
   output: '{zone, under_attack, security_level, previous_level, changed} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: orDryRun(
+    z.object({
+      zone: ZoneOut,
+      previous_level: securityLevel.describe('The security level before the call'),
+      under_attack: z.boolean(),
+      security_level: securityLevel.describe('The security level now'),
+      changed: z.boolean(),
+    }),
+  ),
   examples: [{ zone: 'example.com', enabled: true }, { zone: 'example.com', enabled: false, restore_level: 'high' }, { zone: 'example.com' }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
@@ -69,6 +80,21 @@ function accessTarget(raw: string): { target: 'ip' | 'ip6' | 'ip_range'; value: 
   return { target: 'ip_range', value: `${network.toString()}/${bits}` };
 }
 
+const AccessRuleOut = z.object({
+  id: z.string(),
+  mode: z.enum(['block', 'challenge', 'whitelist', 'js_challenge', 'managed_challenge']),
+  target: z.enum(['ip', 'ip6', 'ip_range']),
+  value: z.string().describe('The address, or the range as its network address and prefix length'),
+  notes: z.string(),
+});
+const changedField = z.boolean().describe('false when the rule already existed as asked (nothing was sent)');
+const BlockIpOutput = orDryRun(
+  z.discriminatedUnion('scope', [
+    z.object({ scope: z.literal('zone'), zone: ZoneOut, rule: AccessRuleOut, changed: changedField }),
+    z.object({ scope: z.literal('account'), account_id: z.string(), rule: AccessRuleOut, changed: changedField }),
+  ]),
+);
+
 export const cfBlockIp = defineEdgeTool({
   name: 'cf_block_ip',
   description: 'Blocks (or challenges) an IP address or range with an IP access rule, for one zone or the whole account.',
@@ -96,6 +122,7 @@ export const cfBlockIp = defineEdgeTool({
     .refine((v) => !(v.zone && v.account_id), { message: 'give zone or account_id, not both', path: ['account_id'] }),
   qField: 'ip',
   output: '{scope: zone|account, zone?, rule: {id, mode, target, value, notes}, changed} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: BlockIpOutput,
   examples: [{ ip: '198.51.100.23', zone: 'example.com' }, { ip: '2001:db8:1234::/48', mode: 'managed_challenge', zone: 'example.com' }, { ip: '203.0.113.0/24' }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
@@ -151,6 +178,7 @@ export const cfFirewallRules = defineEdgeTool({
     }),
   qField: 'zone',
   output: '{zone, rules: [{id, description, action, expression, enabled}]} for list; {zone, rule, changed} for set/delete; or {dry_run, requests}',
+  outputSchema: RuleOperationOut,
   examples: [
     { zone: 'example.com' },
     { zone: 'example.com', operation: 'set', name: 'Challenge admin from abroad', expression: '(starts_with(http.request.uri.path, "/admin") and ip.src.country ne "DE")', action: 'managed_challenge' },

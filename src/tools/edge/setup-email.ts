@@ -2,8 +2,9 @@ import { z } from 'zod';
 import { type ToolContext } from '../types.js';
 import { createResolver, errorCode, ABSENT_CODES } from '../web/resolver.js';
 import { CfClient } from './cf-client.js';
-import { applyWrites, hostName, resolveZone, ttl, zoneRef, type Zone, defineEdgeTool } from './common.js';
+import { DryRunOut, ZoneOut, applyWrites, hostName, resolveZone, ttl, zoneRef, type Zone, defineEdgeTool } from './common.js';
 import {
+  PlanChangesOut,
   batchWrite,
   normContent,
   planIsEmpty,
@@ -84,6 +85,34 @@ const EmailInput = z
     }
   });
 type EmailInput = z.output<typeof EmailInput>;
+
+const ProviderRecordOut = z.object({ type: z.enum(['CNAME', 'TXT']), name: z.string(), content: z.string() });
+const warningsOut = z.array(z.string()).describe('Problems found: several SPF records, too many SPF lookups, mail hosts that do not resolve');
+const SetupEmailOutput = z.union([
+  z.object({
+    zone: ZoneOut,
+    provider: z.enum(PROVIDERS),
+    records: z
+      .object({
+        mx: z.array(z.object({ host: z.string(), priority: z.number().int() })),
+        spf: z.string().nullable().describe('The one SPF record, merged; null when there is none and nothing to include'),
+        dkim: z.array(ProviderRecordOut),
+        dmarc: z.string().nullable().describe('The DMARC record (an existing one is kept unless dmarc_policy is given)'),
+        other: z.array(ProviderRecordOut).describe('Other provider records (autodiscover, domain verification)'),
+      })
+      .describe('The mail records the zone has for this provider after the call'),
+    warnings: warningsOut,
+    next_steps: z.array(z.string()).describe('What remains to do at the provider'),
+    changed: z.boolean().describe('false when every record was already right (nothing was sent)'),
+    changes: PlanChangesOut.extend({
+      applied: z
+        .object({ created: z.number().int().min(0), updated: z.number().int().min(0), deleted: z.number().int().min(0) })
+        .optional()
+        .describe("Counts from Cloudflare's batch answer, when a batch was sent"),
+    }),
+  }),
+  DryRunOut.extend({ changes: PlanChangesOut, warnings: warningsOut }),
+]);
 
 interface Preset {
   mx: Array<{ host: string; priority: number }>;
@@ -232,6 +261,7 @@ export const cfSetupEmail = defineEdgeTool({
   qField: 'zone',
   output:
     '{zone, provider, changed, records: {mx, spf, dkim, dmarc, other}, changes: {created, updated, deleted, unchanged}, warnings, next_steps} or, for sandbox keys, {dry_run, requests, changes, warnings}',
+  outputSchema: SetupEmailOutput,
   examples: [
     { zone: 'example.com', provider: 'google_workspace' },
     { zone: 'example.com', provider: 'fastmail', dmarc_policy: 'quarantine', dmarc_rua: 'dmarc@example.com' },

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { applyWrites, resolveZone, settingWrite, zoneOut, zoneRef, type ZoneSetting, defineEdgeTool } from './common.js';
+import { DryRunOut, ZoneOut, applyWrites, resolveZone, settingWrite, zoneOut, zoneRef, type ZoneSetting, defineEdgeTool } from './common.js';
 
 const SSL_MODES = ['off', 'flexible', 'full', 'strict'] as const;
 const MODE_LABEL: Record<string, string> = { off: 'Off', flexible: 'Flexible', full: 'Full', strict: 'Full (strict)' };
@@ -16,6 +16,45 @@ interface Verification {
   brand_check?: boolean;
 }
 
+const onOff = z.enum(['on', 'off']);
+const minTls = z.enum(['1.0', '1.1', '1.2', '1.3']);
+/** The zone's ssl setting, or unknown when the zone does not report one. */
+const modeOut = z.enum([...SSL_MODES, 'unknown']);
+
+const SslStatusOutput = z.object({
+  zone: ZoneOut,
+  mode: modeOut,
+  mode_label: z.string().describe('The mode as the dashboard names it, e.g. Full (strict)'),
+  universal_ssl: z.boolean().nullable().describe('Universal SSL enabled; null when Cloudflare does not say'),
+  always_use_https: onOff.nullable(),
+  min_tls_version: minTls.nullable(),
+  tls_1_3: z.enum(['on', 'off', 'zrt']).nullable(),
+  certificates: z.array(
+    z.object({
+      status: z.enum(['initializing', 'authorizing', 'active', 'expired', 'issuing', 'timing_out', 'pending_deployment']),
+      cert_pack_uuid: z.string().nullable(),
+      validation_method: z.enum(['http', 'cname', 'txt']).nullable(),
+      verification_status: z.boolean().nullable(),
+      verification_type: z.enum(['cname', 'meta tag']).nullable(),
+      verification_info: z.record(z.string()).optional().describe('What Cloudflare needs to see to verify the certificate, when it says'),
+    }),
+  ),
+  summary: z.string().describe('One line: the mode and the edge certificate state'),
+});
+
+const SslModeOutput = z.union([
+  z.object({
+    zone: ZoneOut,
+    mode: z.enum(SSL_MODES),
+    previous_mode: modeOut,
+    changed: z.boolean().describe('false when every setting already had the wanted value (nothing was sent)'),
+    always_use_https: z.boolean(),
+    min_tls_version: minTls.nullable(),
+    warnings: z.array(z.string()),
+  }),
+  DryRunOut.extend({ warnings: z.array(z.string()) }),
+]);
+
 async function settingsMap(cf: CfClient, zoneId: string): Promise<Map<string, ZoneSetting>> {
   const all = await cf.get<ZoneSetting[]>(cfPath`/zones/${zoneId}/settings`);
   return new Map(all.map((s) => [s.id, s]));
@@ -28,6 +67,7 @@ export const cfSslStatus = defineEdgeTool({
   input: z.object({ zone: zoneRef }),
   qField: 'zone',
   output: '{zone, mode, mode_label, universal_ssl, always_use_https, min_tls_version, certificates: [{status, validation_method, verification_status, ...}], summary}',
+  outputSchema: SslStatusOutput,
   examples: [{ zone: 'example.com' }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
@@ -76,6 +116,7 @@ export const cfSslMode = defineEdgeTool({
   }),
   qField: 'zone',
   output: '{zone, mode, previous_mode, changed, always_use_https, min_tls_version, warnings} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: SslModeOutput,
   examples: [{ zone: 'example.com', mode: 'strict' }, { zone: 'example.com', mode: 'full', always_use_https: true, min_tls_version: '1.2' }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);

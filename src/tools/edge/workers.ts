@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { CfClient, cfPath, withQuery, type PlannedWrite } from './cf-client.js';
-import { accountId, applyWrites, resolveAccountId, defineEdgeTool } from './common.js';
+import { accountId, applyWrites, orDryRun, resolveAccountId, defineEdgeTool } from './common.js';
 
 const scriptName = z
   .string()
@@ -20,6 +20,17 @@ interface Script {
   last_deployed_from?: string;
 }
 
+/** summary's shape, in output schemas. */
+const WorkerOut = z.object({
+  name: z.string(),
+  created_on: z.string().nullable(),
+  modified_on: z.string().nullable(),
+  handlers: z.array(z.string()).describe('The events the script handles, e.g. fetch, scheduled'),
+  compatibility_date: z.string().nullable(),
+  last_deployed_from: z.string().nullable().describe('How it was last deployed, e.g. api, wrangler, dash'),
+});
+const accountOut = z.string().describe('The Cloudflare account id');
+
 function summary(s: Script) {
   return {
     name: s.id,
@@ -38,6 +49,7 @@ export const cfListWorkers = defineEdgeTool({
   input: z.object({ account_id: accountId }),
   qField: 'account_id',
   output: '{account_id, workers: [{name, created_on, modified_on, handlers, compatibility_date}], count}',
+  outputSchema: z.object({ account_id: accountOut, workers: z.array(WorkerOut), count: z.number().int().min(0) }),
   examples: [{}, { account_id: '01a7362d577a6c3019a474fd6f485823' }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
@@ -76,6 +88,7 @@ export const cfDeployWorker = defineEdgeTool({
   }),
   qField: 'script',
   output: '{account_id, worker: {name, modified_on, handlers, compatibility_date}, deployed: true} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: orDryRun(z.object({ account_id: accountOut, worker: WorkerOut, deployed: z.literal(true) })),
   examples: [
     {
       name: 'hello-api',
@@ -125,6 +138,7 @@ export const cfDeleteWorker = defineEdgeTool({
   }),
   qField: 'name',
   output: '{account_id, deleted: name} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: orDryRun(z.object({ account_id: accountOut, deleted: z.string().describe('The name of the Worker deleted') })),
   examples: [{ name: 'hello-api' }, { name: 'old-worker', force: true }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);

@@ -1,6 +1,13 @@
 import { z } from 'zod';
 import { CfClient, cfPath } from './cf-client.js';
-import { accountId, applyWrites, domainName, resolveAccountId, resolveZone, zoneRef, zoneSummary, type Zone, type ZoneSetting, defineEdgeTool } from './common.js';
+import { ZoneSummaryOut, accountId, applyWrites, domainName, orDryRun, resolveAccountId, resolveZone, zoneRef, zoneSummary, type Zone, type ZoneSetting, defineEdgeTool } from './common.js';
+
+const ListZonesOutput = z.object({
+  zones: z.array(ZoneSummaryOut),
+  count: z.number().int().min(0).describe('Zones returned'),
+  total: z.number().int().min(0).describe('Zones matching, as Cloudflare counts them'),
+  truncated: z.boolean().describe('More zones match than limit allowed'),
+});
 
 export const cfListZones = defineEdgeTool({
   name: 'cf_list_zones',
@@ -14,6 +21,7 @@ export const cfListZones = defineEdgeTool({
   }),
   qField: 'name',
   output: '{zones: [{id, name, status, paused, type, plan, name_servers, account}], count, total, truncated}',
+  outputSchema: ListZonesOutput,
   examples: [{}, { status: 'pending' }, { name: 'shop' }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
@@ -30,6 +38,31 @@ export const cfListZones = defineEdgeTool({
 
 const KEY_SETTINGS = ['ssl', 'security_level', 'development_mode', 'always_use_https', 'min_tls_version', 'cache_level', 'browser_cache_ttl'];
 
+const onOff = z.enum(['on', 'off']);
+/** The KEY_SETTINGS values, as Cloudflare's API description types them; a setting the zone does not report is left out. */
+const KeySettingsOut = z
+  .object({
+    ssl: z.enum(['off', 'flexible', 'full', 'strict']),
+    security_level: z.enum(['off', 'essentially_off', 'low', 'medium', 'high', 'under_attack']),
+    development_mode: onOff,
+    always_use_https: onOff,
+    min_tls_version: z.enum(['1.0', '1.1', '1.2', '1.3']),
+    cache_level: z.enum(['aggressive', 'basic', 'simplified']),
+    browser_cache_ttl: z.number().int().min(0).describe('Seconds; 0 respects the origin'),
+  })
+  .partial();
+
+const GetZoneOutput = z.object({
+  zone: ZoneSummaryOut.extend({
+    original_name_servers: z.array(z.string()).describe('Name servers before the move to Cloudflare'),
+    development_mode_seconds: z
+      .number()
+      .int()
+      .describe('Seconds until development mode ends (positive) or since it last ended (negative); 0 if never used'),
+  }),
+  settings: KeySettingsOut,
+});
+
 export const cfGetZone = defineEdgeTool({
   name: 'cf_get_zone',
   description: 'Gets one zone: status, plan, name servers and its key settings (SSL mode, security level, dev mode...).',
@@ -37,6 +70,7 @@ export const cfGetZone = defineEdgeTool({
   input: z.object({ zone: zoneRef }),
   qField: 'zone',
   output: '{zone: {id, name, status, paused, type, plan, name_servers, original_name_servers, account}, settings: {ssl, security_level, ...}}',
+  outputSchema: GetZoneOutput,
   examples: [{ zone: 'example.com' }, { zone: '023e105f4ecef8ad9ca31a8372d0c353' }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
@@ -49,6 +83,13 @@ export const cfGetZone = defineEdgeTool({
     };
   },
 });
+
+const CreateZoneOutput = orDryRun(
+  z.object({
+    zone: ZoneSummaryOut,
+    next_step: z.string().describe('What to do at the registrar for the zone to become active'),
+  }),
+);
 
 export const cfCreateZone = defineEdgeTool({
   name: 'cf_create_zone',
@@ -65,6 +106,7 @@ export const cfCreateZone = defineEdgeTool({
   }),
   qField: 'name',
   output: '{zone: {id, name, status, name_servers, ...}, next_step} or, for sandbox keys, {dry_run, requests}',
+  outputSchema: CreateZoneOutput,
   examples: [{ name: 'example.com' }, { name: 'example.org', account_id: '01a7362d577a6c3019a474fd6f485823', type: 'full' }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
@@ -91,6 +133,18 @@ export function zoneCandidates(host: string): string[] {
   return out;
 }
 
+const checkedField = z.array(z.string()).describe('The names looked up, longest first');
+const FindZoneOutput = z.discriminatedUnion('found', [
+  z.object({
+    host: z.string(),
+    found: z.literal(true),
+    zone: ZoneSummaryOut,
+    record_name: z.string().describe("The host relative to the zone ('@' for the apex)"),
+    checked: checkedField,
+  }),
+  z.object({ host: z.string(), found: z.literal(false), zone: z.null(), record_name: z.null(), checked: checkedField }),
+]);
+
 export const cfFindZone = defineEdgeTool({
   name: 'cf_find_zone',
   description: 'Finds the zone that holds a host name (api.shop.example.com -> shop.example.com or example.com, the longest match).',
@@ -105,6 +159,7 @@ export const cfFindZone = defineEdgeTool({
   }),
   qField: 'host',
   output: '{host, found, zone: {id, name, status, ...} | null, record_name (host relative to the zone), checked: [names queried]}',
+  outputSchema: FindZoneOutput,
   examples: [{ host: 'api.shop.example.com' }, { host: 'https://www.example.com/pricing' }],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);

@@ -68,6 +68,20 @@ export interface LlmResult {
   finish_reason: string;
 }
 
+export const LlmResultSchema = z.object({
+  text: z.string().min(1).describe('The completion, as the model wrote it (never empty)'),
+  model: z.string().describe('The model the upstream says answered (may differ from LLM_MODEL, e.g. a dated snapshot)'),
+  usage: z
+    .object({
+      prompt_tokens: z.number().int().nonnegative(),
+      completion_tokens: z.number().int().nonnegative(),
+      total_tokens: z.number().int().nonnegative(),
+    })
+    .nullable()
+    .describe('Token usage, or null when the upstream did not report it'),
+  finish_reason: z.string().describe('Why the model stopped, as the upstream says: stop, length, content_filter...'),
+});
+
 export const LLM_OUTPUT =
   '{text: string, model: string, usage: {prompt_tokens, completion_tokens, total_tokens} | null, finish_reason: string}';
 
@@ -340,6 +354,7 @@ export function defineLlmTool<S extends z.ZodType<LlmCommonInput, z.ZodTypeDef, 
     needs: ['llm'],
     progress: true,
     output: LLM_OUTPUT,
+    outputSchema: LlmResultSchema,
     handler: async (input, ctx) => {
       const { system, user } = spec.prompt(input);
       return streamCompletion(ctx, {

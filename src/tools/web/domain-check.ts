@@ -61,6 +61,26 @@ export interface DomainCheckResult {
   errors: Partial<Record<RecordType, string>>;
 }
 
+const names = z.array(z.string());
+const DomainCheckOutput = z.object({
+  domain: z.string().describe('The name looked up, in ASCII (punycode)'),
+  resolves: z.boolean().describe('Has at least one A or AAAA record'),
+  status: z
+    .enum(['ok', 'nxdomain', 'no_records', 'error'])
+    .describe('ok: some record found; nxdomain: the name does not exist; no_records: it exists with none of these types; error: lookups failed'),
+  records: z.object({
+    A: names,
+    AAAA: names,
+    MX: z.array(z.object({ exchange: z.string(), priority: z.number().int().min(0) })).describe('Lowest priority (most preferred) first'),
+    NS: names,
+    TXT: names.describe("One string per record, its character-strings joined"),
+  }),
+  errors: z
+    .object({ A: z.string(), AAAA: z.string(), MX: z.string(), NS: z.string(), TXT: z.string() })
+    .partial()
+    .describe('Per record type, failures other than "no such name" or "no such record"'),
+});
+
 const ERROR_TEXT: Record<string, string> = {
   ETIMEOUT: 'timed out',
   ECONNREFUSED: 'the DNS server refused the connection',
@@ -82,6 +102,7 @@ export const domainCheck = defineTool({
   examples: [{ domain: 'example.com' }, { domain: 'bücher.de' }],
   output:
     "{domain, resolves, status: 'ok'|'nxdomain'|'no_records'|'error', records: {A: [], AAAA: [], MX: [{exchange, priority}], NS: [], TXT: []}, errors: {<type>: message}}",
+  outputSchema: DomainCheckOutput,
   handler: async (input, ctx): Promise<DomainCheckResult> => {
     const domain = input.domain;
     const resolver = createResolver(ctx.config);

@@ -34,6 +34,24 @@ export const PageFetchInput = z.object({
 
 export type PageFetchInput = z.infer<typeof PageFetchInput>;
 
+export const PageFetchOutput = z.object({
+  url: z.string().describe('The URL asked for'),
+  final_url: z.string().describe('The URL that answered, after redirects'),
+  status: z.number().int().describe('HTTP status of the final answer (non-2xx answers are results too)'),
+  content_type: z.string().nullable().describe('The media type without parameters, or null when the server sent none'),
+  title: z.string().nullable(),
+  description: z.string().nullable(),
+  text: z.string().describe('Readable text (HTML without page chrome, or the text body); empty for binary bodies'),
+  text_truncated: z.boolean().describe('text was cut at 100,000 characters'),
+  metadata: z
+    .record(z.string())
+    .describe('lang, canonical, author, published, modified, og:*, twitter:*...; content_length and content_disposition for binary bodies'),
+  links_count: z.number().int().min(0),
+  bytes: z.number().int().min(0).describe('Body bytes read (0 for binary bodies, which are not read)'),
+  truncated: z.boolean().describe('The body passed the byte cap, or its HTML passed a parse cap, and only the part before it was read'),
+  redirects: z.array(z.object({ url: z.string(), status: z.number().int(), location: z.string() })).describe('Each hop followed, in order'),
+});
+
 export interface PageFetchRedirect {
   url: string;
   status: number;
@@ -68,6 +86,7 @@ export const pageFetch = defineTool({
   output:
     '{url, final_url, status, content_type, title, description, text, text_truncated, metadata: {lang, canonical, author, published, og:*, twitter:*...}, links_count, bytes, truncated, redirects: [{url, status, location}]}; ' +
     `truncated: the body passed the byte cap, or its HTML passed a parse cap (${MAX_HTML_ELEMENTS.toLocaleString('en')} elements or ${MAX_HTML_DEPTH} levels of nesting) and only the part before it was read`,
+  outputSchema: PageFetchOutput,
   handler: async (input, ctx) => fetchPage(input, ctx),
 });
 
