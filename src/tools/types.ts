@@ -7,7 +7,6 @@ import type { Config, Family } from '../config.js';
  * Empty here; src/tools/tasks.ts fills it by declaration merging from the families' task tables, so
  * this file, which every tool imports, imports none of them.
  */
-// biome-ignore lint/suspicious/noEmptyInterface: filled by declaration merging in tasks.ts
 export interface TaskTypes {}
 export type TaskName = keyof TaskTypes & string;
 export type TaskInput<K extends TaskName> = TaskTypes[K] extends { input: infer I } ? I : never;

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { AccountsRepo } from '../../src/access/accounts.js';
 import { openPool, type DatabasePool } from '../../src/db/pool.js';
 import { TOOLS } from '../../src/tools/index.js';
-import type { AnyTool, ToolContext } from '../../src/tools/types.js';
+import type { AnyTool } from '../../src/tools/types.js';
 import { startFakeDns, type FakeDnsServer } from '../helpers/dns-server.js';
 import type { FakeCloudflare, FakeZone } from '../helpers/fake-cloudflare.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../helpers/fake-openai.js';

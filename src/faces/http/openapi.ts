@@ -143,6 +143,43 @@ function responsesOf(response: Record<string, ResponseDoc | ResponseRef>, conver
   return out;
 }
 
+
+/**
+ * A sample value of a JSON Schema, for the reference's response samples: a schema's own example,
+ * default, const or first enum value where it has one, else a value of its type.
+ */
+export function sampleOf(schema: unknown, depth = 0): unknown {
+  if (!schema || typeof schema !== 'object' || depth > 6) return null;
+  const s = schema as Json;
+  if (Array.isArray(s.examples) && s.examples.length) return s.examples[0];
+  if ('default' in s) return s.default;
+  if ('const' in s) return s.const;
+  if (Array.isArray(s.enum) && s.enum.length) return s.enum[0];
+  for (const k of ['anyOf', 'oneOf'] as const) {
+    const options = s[k] as Json[] | undefined;
+    if (options?.length) return sampleOf(options.find((o) => o.type !== 'null') ?? options[0], depth + 1);
+  }
+  if (Array.isArray(s.allOf)) return Object.assign({}, ...s.allOf.map((p) => sampleOf(p, depth + 1)).filter((v) => v && typeof v === 'object'));
+  const type = Array.isArray(s.type) ? (s.type as string[]).find((t) => t !== 'null') : (s.type as string | undefined);
+  switch (type ?? (s.properties ? 'object' : undefined)) {
+    case 'object': {
+      const props = (s.properties ?? {}) as Record<string, unknown>;
+      return Object.fromEntries(Object.entries(props).map(([k, v]) => [k, sampleOf(v, depth + 1)]));
+    }
+    case 'array':
+      return s.items ? [sampleOf(s.items, depth + 1)] : [];
+    case 'integer':
+    case 'number':
+      return typeof s.minimum === 'number' ? s.minimum : typeof s.exclusiveMinimum === 'number' ? s.exclusiveMinimum + 1 : 0;
+    case 'boolean':
+      return true;
+    case 'string':
+      return s.format === 'date-time' ? '2026-01-01T00:00:00.000Z' : s.format === 'uri' ? 'https://example.com/' : s.format === 'uuid' ? '00000000-0000-4000-8000-000000000000' : s.format === 'date' ? '2026-01-01' : 'string';
+    default:
+      return null;
+  }
+}
+
 const openApiPath = (url: string) => url.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
 
 /** One operation per tool: its input schema and examples, its result's schema, its price. */
@@ -183,7 +220,11 @@ function toolOperation(tool: AnyTool, x402: boolean): Json {
         description: 'The call ran and was charged.',
         headers,
         content: {
-          'application/json': { schema: result },
+          'application/json': {
+            schema: result,
+            // The answer of a synchronous call with a key (no Prefer): the tool's price, the result's shape.
+            examples: { sync: { summary: 'A synchronous call (no Prefer header)', value: { result: output ? sampleOf(output) : null, cost_cents: tool.priceCents, remaining_credits: 4998 } } },
+          },
           'text/event-stream': { schema: { $ref: '#/components/schemas/EventStream' } },
         },
       },

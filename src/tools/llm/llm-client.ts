@@ -323,7 +323,7 @@ export interface LlmPrompt {
   user: string;
 }
 
-export interface LlmToolSpec<S extends z.ZodType<LlmCommonInput, z.ZodTypeDef, any>> {
+export interface LlmToolSpec<S extends z.ZodType<LlmCommonInput, z.ZodTypeDef, unknown>> {
   name: string;
   description: string;
   tier: Plan;
@@ -338,7 +338,7 @@ export interface LlmToolSpec<S extends z.ZodType<LlmCommonInput, z.ZodTypeDef, a
 }
 
 /** A language-model tool: the prompt and schema come from the tool file, the rest is shared. */
-export function defineLlmTool<S extends z.ZodType<LlmCommonInput, z.ZodTypeDef, any>>(
+export function defineLlmTool<S extends z.ZodType<LlmCommonInput, z.ZodTypeDef, unknown>>(
   spec: LlmToolSpec<S>,
 ): ToolDefinition<S, LlmResult> {
   return defineTool({

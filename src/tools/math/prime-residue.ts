@@ -122,7 +122,6 @@ async function count(n: number, m: number, ctx: { signal: AbortSignal; progress:
   const last = n >= 1 ? Math.floor((n - 1) / 2) : -1;
   const next = base.map((p) => (p * p - 1) / 2); // first index to cross off for p
   const seg = new Uint8Array(SEGMENT);
-  const segments = Math.ceil((last + 1) / SEGMENT);
   for (let s = 0, lo = 0; lo <= last; s++, lo += SEGMENT) {
     checkAborted(ctx.signal);
     const hi = Math.min(lo + SEGMENT - 1, last);
