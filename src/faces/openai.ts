@@ -9,11 +9,12 @@ import { JobWatch } from '../calls/job-watch.js';
 import { awaitJobBody, sendIdempotent } from './http/calls.js';
 import { ClientGone, stillRunning, type TrackJob } from '../calls/idempotency.js';
 import type { CallResult } from '../queue/call-job.js';
-import { parseOrThrow } from '../errors.js';
 import { dollars } from '../tools/index.js';
 import { llmChatModels } from '../tools/llm/index.js';
 import { chatToToolInput, type LlmUsage } from '../tools/llm/llm-client.js';
-import type { AnyTool } from '../tools/types.js';
+import { PLANS, type AnyTool } from '../tools/types.js';
+import { OpenAiErrorSchema, RATE_LIMIT } from './http/openapi-components.js';
+import { input, named, ok, type ErrorStatus, type HeaderName, type ResponseDoc, type RouteSchema } from './http/route-schema.js';
 
 /**
  * OpenAI-compatible chat completions: each svc-* model is the language-model tool of the same name,
@@ -42,31 +43,34 @@ const MessageSchema = z
   })
   .passthrough();
 
-export const ChatCompletionRequestSchema = z
-  .object({
-    model: z.string().min(1).describe('One of the models GET /v1/models lists: svc-genius, svc-hints, svc-roast.'),
-    messages: z
-      .array(MessageSchema)
-      .min(1)
-      .max(200)
-      .describe('The conversation, oldest first; the last user message is the request, earlier ones are context.'),
-    stream: z.boolean().nullish().describe('Stream chat.completion.chunk events as the model generates tokens.'),
-    stream_options: z
-      .object({ include_usage: z.boolean().nullish().describe('Send a last chunk with token usage before [DONE].') })
-      .passthrough()
-      .nullish(),
-    max_completion_tokens: z.number().int().positive().nullish().describe('Upper bound on generated tokens.'),
-    max_tokens: z.number().int().positive().nullish().describe('Older name of max_completion_tokens.'),
-    temperature: z
-      .number()
-      .min(0)
-      .max(2)
-      .nullish()
-      .describe('Accepted for compatibility and not used: each model runs at the temperature its prompt is tuned for.'),
-    n: z.literal(1).nullish().describe('Number of choices; only 1 is offered.'),
-  })
-  // Clients send many optional fields (user, top_p, tools, seed...); they do not change what a tool does.
-  .passthrough();
+export const ChatCompletionRequestSchema = named(
+  'ChatCompletionRequest',
+  z
+    .object({
+      model: z.string().min(1).describe('One of the models GET /v1/models lists: svc-genius, svc-hints, svc-roast.'),
+      messages: z
+        .array(MessageSchema)
+        .min(1)
+        .max(200)
+        .describe('The conversation, oldest first; the last user message is the request, earlier ones are context.'),
+      stream: z.boolean().nullish().describe('Stream chat.completion.chunk events as the model generates tokens.'),
+      stream_options: z
+        .object({ include_usage: z.boolean().nullish().describe('Send a last chunk with token usage before [DONE].') })
+        .passthrough()
+        .nullish(),
+      max_completion_tokens: z.number().int().positive().nullish().describe('Upper bound on generated tokens.'),
+      max_tokens: z.number().int().positive().nullish().describe('Older name of max_completion_tokens.'),
+      temperature: z
+        .number()
+        .min(0)
+        .max(2)
+        .nullish()
+        .describe('Accepted for compatibility and not used: each model runs at the temperature its prompt is tuned for.'),
+      n: z.literal(1).nullish().describe('Number of choices; only 1 is offered.'),
+    })
+    // Clients send many optional fields (user, top_p, tools, seed...); they do not change what a tool does.
+    .passthrough(),
+);
 export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequestSchema>;
 
 export const CHAT_REQUEST_EXAMPLES: ChatCompletionRequest[] = [
@@ -179,7 +183,8 @@ function toolText(result: unknown): ToolText {
   return { text: r.text, finish_reason: typeof r.finish_reason === 'string' ? r.finish_reason : 'stop', usage: r.usage ?? null };
 }
 
-const FINISH_REASONS = new Set(['stop', 'length', 'content_filter', 'tool_calls', 'function_call']);
+const FINISH_REASON_LIST = ['stop', 'length', 'content_filter', 'tool_calls', 'function_call'] as const;
+const FINISH_REASONS = new Set<string>(FINISH_REASON_LIST);
 function finishReason(r: string): string {
   return FINISH_REASONS.has(r) ? r : 'stop';
 }
@@ -200,6 +205,122 @@ function deltaOf(data: unknown): string {
 }
 
 const nowSeconds = () => Math.floor(Date.now() / 1000);
+
+// ---------------------------------------------------------------------------------------------
+// What the routes answer (GET /openapi.json)
+
+const ModelSchema = named(
+  'Model',
+  z.object({
+    id: z.enum([...llmChatModels.keys()] as [string, ...string[]]),
+    object: z.literal('model'),
+    created: z.number().int().describe('Fixed: the svc-* models are versioned with the service.'),
+    owned_by: z.literal('tollgate'),
+    description: z.string(),
+    tool: z.string().describe('The tool the model runs, at its price.'),
+    cost: z.string().describe('The price in dollars, e.g. $0.02.'),
+    price_cents: z.number().int(),
+    tier: z.enum(PLANS).describe('The lowest plan that may call it.'),
+  }),
+);
+
+const ModelListSchema = z.object({ object: z.literal('list'), data: z.array(ModelSchema).describe('The models your key may call.') });
+
+const ModelParams = z.object({ model: z.string().describe('A model id (GET /v1/models lists them); an unknown one is 404.') });
+
+// Factories: one zod schema used in two places would be written as a pointer into the other.
+const tokenUsage = () => z.object({ prompt_tokens: z.number().int(), completion_tokens: z.number().int(), total_tokens: z.number().int() });
+
+const billingSchema = () =>
+  z
+    .object({
+      job_id: z.string(),
+      cost_cents: z.number().int(),
+      remaining_credits: z.number().int().nullable(),
+      sandbox: z.literal(true).optional().describe('Present, true, for sandbox (cv_test_) keys.'),
+    })
+    .describe("The call's job id and charge, beside OpenAI's fields.");
+
+const ChatCompletionSchema = named(
+  'ChatCompletion',
+  z.object({
+    id: z.string().describe('chatcmpl-<job id>'),
+    object: z.literal('chat.completion'),
+    created: z.number().int(),
+    model: z.string(),
+    system_fingerprint: z.null(),
+    choices: z
+      .array(
+        z.object({
+          index: z.literal(0),
+          message: z.object({ role: z.literal('assistant'), content: z.string(), refusal: z.null() }),
+          logprobs: z.null(),
+          finish_reason: z.enum(FINISH_REASON_LIST),
+        }),
+      )
+      .describe('Always one choice.'),
+    usage: tokenUsage().optional().describe('Token usage, when the upstream reported it.'),
+    tollgate: billingSchema(),
+  }),
+);
+
+named(
+  'ChatCompletionChunk',
+  z
+    .object({
+      id: z.string().describe('chatcmpl-<job id>'),
+      object: z.literal('chat.completion.chunk'),
+      created: z.number().int(),
+      model: z.string(),
+      system_fingerprint: z.null(),
+      choices: z.array(
+        z.object({
+          index: z.literal(0),
+          delta: z.object({ role: z.literal('assistant').optional(), content: z.string().optional() }),
+          logprobs: z.null(),
+          finish_reason: z.enum(FINISH_REASON_LIST).nullable(),
+        }),
+      ),
+      usage: tokenUsage().nullable().optional().describe('With stream_options.include_usage: null on every chunk but the last, which has no choices.'),
+      tollgate: billingSchema().optional().describe('On the chunk with the finish reason.'),
+    })
+    .describe('One `data:` event of a streamed chat completion (stream: true).'),
+);
+
+const CHAT_STREAM =
+  'Server-Sent Events, each `data:` a ChatCompletionChunk: the role, each token delta as the model produces it, the finish reason (with `tollgate`), ' +
+  'with stream_options.include_usage a chunk of token usage, then `data: [DONE]`. A failure after the first event is a `data:` OpenAiError and ends the stream; ' +
+  'comment lines keep the connection alive.';
+
+const OPENAI_ERRORS: Record<string, { description: string; headers?: HeaderName[] }> = {
+  '400': { description: 'The body or parameters are invalid (`param` names the field; issues lists them).' },
+  '401': { description: 'No key, a malformed key or an unknown or revoked key.' },
+  '402': { description: 'insufficient_credits, or monthly_limit_exceeded for a sub-key.' },
+  '403': { description: 'plan_required (the model is above your plan) or tool_not_allowed (a sub-key without it).' },
+  '404': { description: 'tool_not_found: no such model (param: model).' },
+  '409': {
+    description: 'idempotency_in_progress (the first request with this Idempotency-Key is still running), or cancelled (its job was cancelled).',
+    headers: ['Retry-After'],
+  },
+  '413': { description: 'The body is over BODY_LIMIT.' },
+  '415': { description: 'Send the body as application/json.' },
+  '422': { description: 'The model failed or passed a limit (tool_failed, limit_exceeded), or the Idempotency-Key was reused with another body.' },
+  '429': { description: 'Rate or concurrency limit reached.', headers: [...RATE_LIMIT, 'Retry-After'] },
+  '500': { description: 'Something went wrong on our side.' },
+  '502': { description: 'The language model upstream failed.' },
+  '503': { description: 'A dependency or the model upstream is unavailable; nothing was charged.', headers: ['Retry-After'] },
+  '504': { description: 'The call took too long.' },
+};
+
+/** The error answers of these routes, in OpenAI's shape (isOpenAiPath) instead of the service's envelope. */
+function openAiErrors(extra: ErrorStatus[]): Record<string, ResponseDoc> {
+  const codes = new Set<string>(['401', '429', '500', '503', ...extra]);
+  return Object.fromEntries(
+    Object.entries(OPENAI_ERRORS)
+      .filter(([status]) => codes.has(status))
+      .map(([status, e]) => [status, ok(OpenAiErrorSchema, `${e.description} In OpenAI's error shape.`, e.headers ? { headers: e.headers } : {})]),
+  );
+}
 
 // ---------------------------------------------------------------------------------------------
 // Routes
@@ -238,59 +359,109 @@ async function startChat(
 }
 
 export async function openAiRoutes(app: FastifyInstance): Promise<void> {
-  app.get('/v1/models', async (req, reply) => {
-    const caller = await app.authenticate(req, reply);
-    const data = [...llmChatModels].filter(([, tool]) => mayCall(caller, tool)).map(([id, tool]) => modelObject(id, tool));
-    return { object: 'list', data };
-  });
+  app.get(
+    '/v1/models',
+    {
+      schema: {
+        operationId: 'listModels',
+        tags: ['OpenAI'],
+        summary: 'OpenAI-compatible model list: the svc-* models your plan may call',
+        description: 'Each svc-* model is the language-model tool of the same name, at its price. Only the models your key may call are listed.',
+        response: { '200': ok(ModelListSchema, 'Models your key may call.', { headers: RATE_LIMIT }), ...openAiErrors([]) },
+      } satisfies RouteSchema,
+    },
+    async (req, reply) => {
+      const caller = await app.authenticate(req, reply);
+      const data = [...llmChatModels].filter(([, tool]) => mayCall(caller, tool)).map(([id, tool]) => modelObject(id, tool));
+      return { object: 'list', data };
+    },
+  );
 
-  app.get<{ Params: { model: string } }>('/v1/models/:model', async (req, reply) => {
-    const caller = await app.authenticate(req, reply);
-    const tool = modelTool(req.params.model);
-    authorizeTool(caller, tool);
-    return modelObject(req.params.model, tool);
-  });
+  app.get(
+    '/v1/models/:model',
+    {
+      schema: {
+        operationId: 'getModel',
+        tags: ['OpenAI'],
+        summary: 'One model (403 plan_required above your plan)',
+        params: ModelParams,
+        response: { '200': ok(ModelSchema, 'One model.', { headers: RATE_LIMIT }), ...openAiErrors(['403', '404']) },
+      } satisfies RouteSchema,
+    },
+    async (req, reply) => {
+      const caller = await app.authenticate(req, reply);
+      const { model } = input<typeof ModelParams>(req, 'params');
+      const tool = modelTool(model);
+      authorizeTool(caller, tool);
+      return modelObject(model, tool);
+    },
+  );
 
-  app.post('/v1/chat/completions', async (req, reply) => {
-    const caller = await app.authenticate(req, reply);
-    const body = parseOrThrow(ChatCompletionRequestSchema, req.body, 'Chat completion request is invalid');
-    const tool = modelTool(body.model);
-    const input = chatToToolInput(tool, body.messages, body.max_completion_tokens ?? body.max_tokens);
+  app.post(
+    '/v1/chat/completions',
+    {
+      schema: {
+        operationId: 'chatCompletions',
+        tags: ['OpenAI'],
+        summary: 'OpenAI-compatible chat completions (stream: true for Server-Sent Events)',
+        description:
+          'Each svc-* model runs the language-model tool of the same name, charged at its price like POST /tools/{name}; the answer waits as long as the client does. ' +
+          'With an Idempotency-Key (non-streaming only: with stream: true it is 400) a retry with the same key and body gets the first completion again and runs nothing. ' +
+          'Errors are in OpenAI\'s shape, with the service\'s own `code` and status.',
+        parameters: ['Idempotency-Key'],
+        body: ChatCompletionRequestSchema,
+        bodyExamples: Object.fromEntries(CHAT_REQUEST_EXAMPLES.map((value, i) => [`example${i + 1}`, { value }])),
+        response: {
+          '200': {
+            description: 'chat.completion, or chat.completion.chunk events with stream: true.',
+            headers: [...RATE_LIMIT, 'X-Job-Id', 'Idempotent-Replayed'],
+            content: { 'application/json': { schema: ChatCompletionSchema }, 'text/event-stream': { schema: { type: 'string', description: CHAT_STREAM } } },
+          },
+          ...openAiErrors(['400', '402', '403', '404', '409', '413', '415', '422', '502', '504']),
+        },
+      } satisfies RouteSchema,
+    },
+    async (req, reply) => {
+      const caller = await app.authenticate(req, reply);
+      const body = input<typeof ChatCompletionRequestSchema>(req, 'body', 'Chat completion request is invalid');
+      const tool = modelTool(body.model);
+      const toolInput = chatToToolInput(tool, body.messages, body.max_completion_tokens ?? body.max_tokens);
 
-    if (body.stream) {
-      if (req.headers['idempotency-key'] !== undefined) {
-        throw asChatError(new AppError('invalid_input', 'Idempotency-Key is supported on non-streaming chat completions only; send it without stream: true'), tool, body);
-      }
-      const { watch, jobId } = await startChat(req, reply, caller, tool, input, body);
-      return streamCompletion(reply, watch, jobId, body, req.id);
-    }
-    // Non-streaming answers are stored under an Idempotency-Key like tool calls: a retry with the same
-    // key and body gets the first completion again and runs (and charges) nothing. A client that hangs
-    // up keeps the key: its retry gets the completion of the job the first request started.
-    return sendIdempotent(
-      req,
-      reply,
-      caller,
-      async (track) => {
-        const { watch, jobId } = await startChat(req, reply, caller, tool, input, body, track);
-        const done = await watch.finished;
-        if (done.state === 'failed') throw failedWithJob(done.error, jobId);
-        // The client is gone and no one can be answered; the job still completes and is charged.
-        if (done.state === 'stopped') throw new ClientGone();
-        return completionResponse(jobId, done.value, body.model);
-      },
-      async (jobIds) => {
-        const jobId = jobIds[0]!;
-        const job = await awaitJobBody(req, caller, jobId);
-        if (!job) return null;
-        const { job_id: _id, status, ...value } = job;
-        if (status !== 'completed') {
-          throw asChatError(stillRunning(jobId), tool, body);
+      if (body.stream) {
+        if (req.headers['idempotency-key'] !== undefined) {
+          throw asChatError(new AppError('invalid_input', 'Idempotency-Key is supported on non-streaming chat completions only; send it without stream: true'), tool, body);
         }
-        return completionResponse(jobId, value as unknown as CallResult, body.model);
-      },
-    );
-  });
+        const { watch, jobId } = await startChat(req, reply, caller, tool, toolInput, body);
+        return streamCompletion(reply, watch, jobId, body, req.id);
+      }
+      // Non-streaming answers are stored under an Idempotency-Key like tool calls: a retry with the same
+      // key and body gets the first completion again and runs (and charges) nothing. A client that hangs
+      // up keeps the key: its retry gets the completion of the job the first request started.
+      return sendIdempotent(
+        req,
+        reply,
+        caller,
+        async (track) => {
+          const { watch, jobId } = await startChat(req, reply, caller, tool, toolInput, body, track);
+          const done = await watch.finished;
+          if (done.state === 'failed') throw failedWithJob(done.error, jobId);
+          // The client is gone and no one can be answered; the job still completes and is charged.
+          if (done.state === 'stopped') throw new ClientGone();
+          return completionResponse(jobId, done.value, body.model);
+        },
+        async (jobIds) => {
+          const jobId = jobIds[0]!;
+          const job = await awaitJobBody(req, caller, jobId);
+          if (!job) return null;
+          const { job_id: _id, status, ...value } = job;
+          if (status !== 'completed') {
+            throw asChatError(stillRunning(jobId), tool, body);
+          }
+          return completionResponse(jobId, value as unknown as CallResult, body.model);
+        },
+      );
+    },
+  );
 }
 
 /** A finished job as a non-streaming chat completion. */

@@ -2,6 +2,7 @@ import type { Server } from 'node:http';
 import type { FastifyInstance } from 'fastify';
 import { AppError } from '../../errors.js';
 import { metricsAuthorized, metricsUnauthorized, serveMetrics } from '../../ops/metrics.js';
+import { errors, media, type RouteSchema } from './route-schema.js';
 
 /**
  * GET /metrics: this process's Prometheus metrics (src/ops/metrics.ts), which include revenue per
@@ -12,14 +13,29 @@ import { metricsAuthorized, metricsUnauthorized, serveMetrics } from '../../ops/
  */
 export async function metricsRoutes(app: FastifyInstance): Promise<void> {
   const { config, metrics } = app.container;
-  app.get('/metrics', async (req, reply) => {
-    if (!config.METRICS_TOKEN) {
-      throw new AppError('not_found', `No route GET /metrics on this port: metrics are served ${config.METRICS_PORT ? 'on METRICS_PORT' : 'only with METRICS_TOKEN or on METRICS_PORT'}`);
-    }
-    if (!metricsAuthorized(config.METRICS_TOKEN, req.headers.authorization)) throw metricsUnauthorized();
-    const { contentType, body } = await metrics.scrape();
-    return reply.header('cache-control', 'no-store').type(contentType).send(body);
-  });
+  app.get(
+    '/metrics',
+    {
+      schema: {
+        operationId: 'metrics',
+        tags: ['Operators'],
+        summary: 'Prometheus metrics (METRICS_TOKEN as a bearer; 404 when the operator set none)',
+        description:
+          "This process's Prometheus metrics, revenue per tool included, so never public: `Authorization: Bearer <METRICS_TOKEN>` (401 without it). " +
+          'Without METRICS_TOKEN this port answers 404; with METRICS_PORT the process also serves them on a listener of its own, meant to stay off the public network.',
+        security: 'metrics',
+        response: { '200': media('text/plain', 'Prometheus text exposition format (version 0.0.4).'), ...errors(['401', '404'], { keyed: false }) },
+      } satisfies RouteSchema,
+    },
+    async (req, reply) => {
+      if (!config.METRICS_TOKEN) {
+        throw new AppError('not_found', `No route GET /metrics on this port: metrics are served ${config.METRICS_PORT ? 'on METRICS_PORT' : 'only with METRICS_TOKEN or on METRICS_PORT'}`);
+      }
+      if (!metricsAuthorized(config.METRICS_TOKEN, req.headers.authorization)) throw metricsUnauthorized();
+      const { contentType, body } = await metrics.scrape();
+      return reply.header('cache-control', 'no-store').type(contentType).send(body);
+    },
+  );
 
   if (!config.METRICS_PORT) return;
   let server: Server | undefined;

@@ -1,12 +1,12 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { AppError } from '../../errors.js';
-import { parseOrThrow } from '../../errors.js';
 import { AdminService } from '../../ops/admin.js';
 import { PLAN_RPM } from '../../access/rate-limit.js';
 import { PLANS, type Plan } from '../../tools/types.js';
 import { findPartnerByCode, PartnerCode } from '../../money/partners.js';
 import { baseUrl } from './meta.js';
+import { errors, input, named, ok, type RouteSchema } from './route-schema.js';
 
 /**
  * GET /subscribe (the page a partner links to, with ?attribution_code=CODE) and POST /signup (a free
@@ -24,14 +24,47 @@ const PLAN_TEXT: Record<Plan, string> = {
   enterprise: 'Custom rate limits, sub-keys with monthly caps, VIP keys.',
 };
 
-const SignupBody = z
-  .object({
-    email: z.string().trim().max(254).email('must be an email address'),
-    attribution_code: PartnerCode.optional(),
-  })
-  .strict();
+const SignupBody = named(
+  'SignupRequest',
+  z
+    .object({
+      email: z.string().trim().max(254).email('must be an email address').describe('A contact, unverified; an email used before is not refused.'),
+      attribution_code: PartnerCode.optional().describe("A partner's code (from its /subscribe link); an unknown code is refused (400)."),
+    })
+    .strict(),
+);
 
-const SubscribeQuery = z.object({ attribution_code: z.string().max(100).optional() }).passthrough();
+const SignupSchema = named(
+  'Signup',
+  z.object({
+    account_id: z.string().uuid(),
+    api_key: z.string().describe('The production key (cv_), shown only in this answer.'),
+    key_id: z.string().uuid(),
+    plan: z.literal('free'),
+    credits: z.number().int().describe('0: top up (POST /credits/topup) to call paid tools.'),
+    email: z.string().describe('As sent, trimmed.'),
+    attribution_code: z.string().nullable().describe('The partner code recorded with the sign-up, or null.'),
+  }),
+);
+
+const SubscribeQuery = z.object({ attribution_code: z.string().max(100).optional().describe("A partner's code.") }).passthrough();
+
+const SubscribePageSchema = named(
+  'SubscribePage',
+  z.object({
+    plans: z.array(z.object({ plan: z.enum(PLANS), requests_per_minute: z.number().int(), description: z.string() })),
+    signup: z.object({
+      enabled: z.boolean().describe('SIGNUP_ENABLED.'),
+      how: z.string(),
+      example: z.string().optional().describe('A curl command, when sign-up is enabled.'),
+    }),
+    attribution: z
+      .object({ code: z.string(), known: z.boolean(), message: z.string() })
+      .nullable()
+      .describe('Whether the attribution_code will be recorded (never whose it is); null without a code.'),
+    topup: z.string().describe('How to buy credits.'),
+  }),
+);
 
 function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
@@ -64,30 +97,51 @@ export async function signupRoutes(app: FastifyInstance): Promise<void> {
     }
   }
 
-  app.get('/subscribe', async (req, reply) => {
-    // Counted before anything is looked up: partner codes cannot be tried faster than this.
-    await throttle(req, 'subscribe', config.SUBSCRIBE_PER_MINUTE, 60, `At most ${config.SUBSCRIBE_PER_MINUTE} requests to /subscribe per minute from one address`);
-    const q = parseOrThrow(SubscribeQuery, req.query, 'Query is invalid');
-    const code = q.attribution_code?.trim() || undefined;
-    const partner = code ? await findPartnerByCode(pool, code) : null;
-    const base = baseUrl(app, req);
-    const plans = PLANS.map((p) => ({ plan: p, requests_per_minute: p === 'enterprise' ? config.ENTERPRISE_DEFAULT_RPM : PLAN_RPM[p], description: PLAN_TEXT[p] }));
-    const body = { email: 'you@example.com', ...(partner ? { attribution_code: partner.code } : {}) };
-    const signup: { enabled: boolean; how: string; example?: string } = config.SIGNUP_ENABLED
-      ? {
-          enabled: true,
-          how: `POST ${base}/signup with a JSON body: your email${partner ? ' and this attribution code' : ''}. You get a free account and its API key, shown once.`,
-          example: `curl -X POST ${base}/signup -H 'content-type: application/json' -d '${JSON.stringify(body)}'`,
-        }
-      : { enabled: false, how: 'Self-service sign-up is not open on this service: ask the operator for an account' + (partner ? ` and mention the code ${partner.code}.` : '.') };
-    // Whether the code will be recorded, never whose it is: the page names no partner.
-    const attribution = code
-      ? { code, known: Boolean(partner), message: partner ? 'This referral code will be recorded with your sign-up.' : `The code '${code}' is unknown; you can still sign up without it.` }
-      : null;
-    const topup = `Then top up credits with POST ${base}/credits/topup {"cents": n} (${config.TOPUP_MIN_CENTS} to ${config.TOPUP_MAX_CENTS}), paid with x402 (USDC).`;
-    if (wantsJson(req)) return { plans, signup, attribution, topup };
-    const e = escapeHtml;
-    const html = `<!doctype html>
+  app.get(
+    '/subscribe',
+    {
+      schema: {
+        operationId: 'subscribe',
+        tags: ['Account'],
+        summary: "Plans and how to sign up, with a partner's attribution_code (HTML, or JSON on Accept: application/json)",
+        description:
+          'The page a partner links to (no key). It says whether a code will be recorded, never whose it is; an unknown code still answers 200, saying so. ' +
+          'JSON when Accept names application/json and does not start with text/html, HTML otherwise. Limited per client address (SUBSCRIBE_PER_MINUTE: 429 with Retry-After).',
+        security: 'none',
+        querystring: SubscribeQuery,
+        response: {
+          '200': {
+            description: 'The plans and how to sign up.',
+            content: { 'text/html': { schema: { type: 'string' } }, 'application/json': { schema: SubscribePageSchema } },
+          },
+          ...errors(['400', '429'], { keyed: false }),
+        },
+      } satisfies RouteSchema,
+    },
+    async (req, reply) => {
+      // Counted before anything is looked up: partner codes cannot be tried faster than this.
+      await throttle(req, 'subscribe', config.SUBSCRIBE_PER_MINUTE, 60, `At most ${config.SUBSCRIBE_PER_MINUTE} requests to /subscribe per minute from one address`);
+      const q = input<typeof SubscribeQuery>(req, 'querystring', 'Query is invalid');
+      const code = q.attribution_code?.trim() || undefined;
+      const partner = code ? await findPartnerByCode(pool, code) : null;
+      const base = baseUrl(app, req);
+      const plans = PLANS.map((p) => ({ plan: p, requests_per_minute: p === 'enterprise' ? config.ENTERPRISE_DEFAULT_RPM : PLAN_RPM[p], description: PLAN_TEXT[p] }));
+      const body = { email: 'you@example.com', ...(partner ? { attribution_code: partner.code } : {}) };
+      const signup: { enabled: boolean; how: string; example?: string } = config.SIGNUP_ENABLED
+        ? {
+            enabled: true,
+            how: `POST ${base}/signup with a JSON body: your email${partner ? ' and this attribution code' : ''}. You get a free account and its API key, shown once.`,
+            example: `curl -X POST ${base}/signup -H 'content-type: application/json' -d '${JSON.stringify(body)}'`,
+          }
+        : { enabled: false, how: 'Self-service sign-up is not open on this service: ask the operator for an account' + (partner ? ` and mention the code ${partner.code}.` : '.') };
+      // Whether the code will be recorded, never whose it is: the page names no partner.
+      const attribution = code
+        ? { code, known: Boolean(partner), message: partner ? 'This referral code will be recorded with your sign-up.' : `The code '${code}' is unknown; you can still sign up without it.` }
+        : null;
+      const topup = `Then top up credits with POST ${base}/credits/topup {"cents": n} (${config.TOPUP_MIN_CENTS} to ${config.TOPUP_MAX_CENTS}), paid with x402 (USDC).`;
+      if (wantsJson(req)) return { plans, signup, attribution, topup };
+      const e = escapeHtml;
+      const html = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Subscribe to Tollgate</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"></head>
 <body style="font-family: system-ui, sans-serif; max-width: 42rem; margin: 2rem auto; line-height: 1.5">
@@ -103,22 +157,40 @@ ${signup.example ? `<pre>${e(signup.example)}</pre>` : ''}
 <p>${e(topup)}</p>
 </body></html>
 `;
-    return reply.type('text/html; charset=utf-8').send(html);
-  });
+      return reply.type('text/html; charset=utf-8').send(html);
+    },
+  );
 
-  app.post('/signup', async (req, reply) => {
-    if (!config.SIGNUP_ENABLED) throw new AppError('not_found', 'Self-service sign-up is not enabled on this service (SIGNUP_ENABLED)');
-    // Counted before validation: every attempt from an address uses up its allowance.
-    await throttle(req, 'signup', config.SIGNUP_PER_HOUR, 3600, `At most ${config.SIGNUP_PER_HOUR} sign-ups per hour from one address`);
-    const input = parseOrThrow(SignupBody, req.body, 'Sign-up request is invalid');
-    let partnerId: string | null = null;
-    if (input.attribution_code !== undefined) {
-      const partner = await findPartnerByCode(pool, input.attribution_code);
-      if (!partner) throw new AppError('invalid_input', `Unknown attribution code '${input.attribution_code}'; sign up without it or check the link you followed`, { reason: 'unknown_attribution_code' });
-      partnerId = partner.id;
-    }
-    // A new account every time, whether or not the email was used before: the answer cannot tell.
-    const r = await admin.signUp(input.email, partnerId, req.ip);
-    return reply.status(201).send({ account_id: r.account_id, api_key: r.api_key, key_id: r.key_id, plan: r.plan, credits: r.credits, email: input.email, attribution_code: input.attribution_code ?? null });
-  });
+  app.post(
+    '/signup',
+    {
+      schema: {
+        operationId: 'signUp',
+        tags: ['Account'],
+        summary: 'Create a free account and its key (SIGNUP_ENABLED; rate-limited per address)',
+        description:
+          'Creates a free account with its production key (shown once), recording the partner referral. Every sign-up is a new account: an email used before ' +
+          'is not refused, so the answer tells nothing about other accounts. Only with SIGNUP_ENABLED (else 404); limited per client address, every attempt ' +
+          'counted before the body is read (SIGNUP_PER_HOUR, 429 with Retry-After). An unknown attribution_code: 400.',
+        security: 'none',
+        body: SignupBody,
+        response: { '201': ok(SignupSchema, 'The new account and its key.'), ...errors(['400', '404', '413', '415', '429'], { keyed: false }) },
+      } satisfies RouteSchema,
+    },
+    async (req, reply) => {
+      if (!config.SIGNUP_ENABLED) throw new AppError('not_found', 'Self-service sign-up is not enabled on this service (SIGNUP_ENABLED)');
+      // Counted before validation: every attempt from an address uses up its allowance.
+      await throttle(req, 'signup', config.SIGNUP_PER_HOUR, 3600, `At most ${config.SIGNUP_PER_HOUR} sign-ups per hour from one address`);
+      const body = input<typeof SignupBody>(req, 'body', 'Sign-up request is invalid');
+      let partnerId: string | null = null;
+      if (body.attribution_code !== undefined) {
+        const partner = await findPartnerByCode(pool, body.attribution_code);
+        if (!partner) throw new AppError('invalid_input', `Unknown attribution code '${body.attribution_code}'; sign up without it or check the link you followed`, { reason: 'unknown_attribution_code' });
+        partnerId = partner.id;
+      }
+      // A new account every time, whether or not the email was used before: the answer cannot tell.
+      const r = await admin.signUp(body.email, partnerId, req.ip);
+      return reply.status(201).send({ account_id: r.account_id, api_key: r.api_key, key_id: r.key_id, plan: r.plan, credits: r.credits, email: body.email, attribution_code: body.attribution_code ?? null });
+    },
+  );
 }

@@ -4,7 +4,9 @@ import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import { usageScope } from '../../access/usage.js';
 import type { AccountsRepo, LedgerEntry, UsageScope } from '../../access/accounts.js';
-import { parseOrThrow } from '../../errors.js';
+import { KEY_TYPES } from '../../access/key-format.js';
+import { RATE_LIMIT } from './openapi-components.js';
+import { errors, input, named, ok, type RouteSchema } from './route-schema.js';
 
 export const ENTRIES_DEFAULT = 50;
 export const ENTRIES_MAX = 200;
@@ -15,7 +17,8 @@ export const UsageQuery = z
     month: z
       .string()
       .regex(/^\d{4}-(0[1-9]|1[0-2])$/, 'month must be YYYY-MM, e.g. 2025-01')
-      .optional(),
+      .optional()
+      .describe('A calendar month, UTC (YYYY-MM); the current one when left out.'),
   })
   .strict();
 
@@ -27,11 +30,12 @@ export const EntriesQuery = z
       .int('limit must be a whole number')
       .min(1, 'limit must be at least 1')
       .max(ENTRIES_MAX, `limit must be at most ${ENTRIES_MAX}`)
-      .default(ENTRIES_DEFAULT),
-    cursor: z.string().min(1).max(200).optional(),
-    tool: z.string().min(1).max(200).optional(),
-    key_id: z.string().uuid('key_id must be a key id (uuid)').optional(),
-    since: z.string().datetime({ offset: true, message: 'since must be an ISO 8601 time, e.g. 2025-01-31T00:00:00Z' }).optional(),
+      .default(ENTRIES_DEFAULT)
+      .describe(`Lines per page (1 to ${ENTRIES_MAX}).`),
+    cursor: z.string().min(1).max(200).optional().describe("The previous page's next_cursor, unchanged."),
+    tool: z.string().min(1).max(200).optional().describe("Only this tool's lines."),
+    key_id: z.string().uuid('key_id must be a key id (uuid)').optional().describe("Only this key's lines."),
+    since: z.string().datetime({ offset: true, message: 'since must be an ISO 8601 time, e.g. 2025-01-31T00:00:00Z' }).optional().describe('Only lines at or after this time.'),
   })
   .strict();
 
@@ -117,27 +121,124 @@ export async function usageReport(accounts: AccountsRepo, scope: UsageScope, mon
   };
 }
 
+/** A sum of charges (fresh schemas each time: a shared one would be written as a pointer into another schema). */
+const totals = () => ({ cents: z.number().int().describe('Cents charged (positive).'), calls: z.number().int() });
+
+const UsageTotalSchema = named('UsageTotal', z.object(totals()));
+
+const UsageSchema = named(
+  'Usage',
+  z
+    .object({
+      month: z.string().regex(/^\d{4}-\d{2}$/),
+      from: z.string().datetime(),
+      to: z.string().datetime().describe('Exclusive.'),
+      scope: z.enum(['account', 'key']).describe('key for a sub-key or sandbox key (its own lines only), account otherwise.'),
+      key_id: z.string().uuid().optional().describe('With scope key: the calling key.'),
+      unit: z.literal('cents'),
+      total: UsageTotalSchema,
+      by_tool: z.array(z.object({ tool: z.string().nullable(), ...totals() })).describe('Most charged first.'),
+      by_key: z
+        .array(
+          z.object({
+            key_id: z.string().uuid().nullable(),
+            type: z.enum(KEY_TYPES).nullable(),
+            name: z.string().nullable(),
+            display_prefix: z.string().nullable(),
+            ...totals(),
+          }),
+        )
+        .describe('Most charged first.'),
+      by_day: z.array(z.object({ day: z.string().date(), ...totals() })).describe('Days with charges, oldest first (UTC).'),
+      topups: z.object({ cents: z.number().int(), count: z.number().int() }),
+      balance: z
+        .object({
+          start_cents: z.number().int().describe('The balance when the month began.'),
+          opening_cents: z.number().int().describe("The account's opening credits, if it was opened this month."),
+          topups_cents: z.number().int(),
+          charges_cents: z.number().int().describe('Negative: what the charges took.'),
+          payments_cents: z.number().int().optional().describe('Only when the month has payment lines.'),
+          end_cents: z.number().int().describe('start + opening + top-ups + charges (+ payments).'),
+        })
+        .nullable()
+        .describe('Signed moves of the balance; null with scope key.'),
+    })
+    .describe(
+      "A month of the ledger in the caller's scope. `total` is every charge of the month. Charges are positive cents in total, by_tool, by_key and by_day; `balance` moves are signed " +
+        '(start + opening + top-ups + charges = end). `balance` is null for a sub-key or sandbox key, which see their own lines only.',
+    ),
+);
+
+const LedgerEntryListSchema = named(
+  'LedgerEntryList',
+  z.object({
+    entries: z.array(
+      z.object({
+        id: z.string(),
+        kind: z.enum(['charge', 'topup', 'opening', 'payment']),
+        tool: z.string().nullable(),
+        key_id: z.string().uuid().nullable(),
+        amount_cents: z.number().int().describe('Signed move of the balance (a charge is negative).'),
+        job_id: z.string().optional().describe('Charges only: the call that was charged.'),
+        agent_name: z.string().nullable(),
+        created_at: z.string().datetime(),
+      }),
+    ),
+    next_cursor: z.string().nullable().describe('Pass as `cursor` for the next (older) page; null on the last page.'),
+  }),
+);
+
+const GRACE = 'A rotated key in its grace: 403 key_in_grace.';
+
 export async function usageRoutes(app: FastifyInstance): Promise<void> {
   const { accounts } = app.container;
 
-  app.get('/usage', async (req, reply) => {
-    const caller = await app.authenticate(req, reply);
-    requireNotInGrace(caller, "read the account's usage");
-    const q = parseOrThrow(UsageQuery, req.query, 'Usage query is invalid');
-    return usageReport(accounts, usageScope(caller), q.month ?? currentMonth());
-  });
+  app.get(
+    '/usage',
+    {
+      schema: {
+        operationId: 'getUsage',
+        tags: ['Account'],
+        summary: "A month's charges by tool, key and day, its top-ups and balance moves, from the ledger",
+        description:
+          "A calendar month (UTC, ?month=YYYY-MM, the current one by default) of the ledger: charges by tool, key and day, top-ups and the balance's moves. " +
+          `A sub-key or sandbox key sees its own lines only. ${GRACE}`,
+        querystring: UsageQuery,
+        response: { '200': ok(UsageSchema, "The month's usage from the ledger.", { headers: RATE_LIMIT }), ...errors(['400', '403']) },
+      } satisfies RouteSchema,
+    },
+    async (req, reply) => {
+      const caller = await app.authenticate(req, reply);
+      requireNotInGrace(caller, "read the account's usage");
+      const q = input<typeof UsageQuery>(req, 'querystring', 'Usage query is invalid');
+      return usageReport(accounts, usageScope(caller), q.month ?? currentMonth());
+    },
+  );
 
-  app.get('/usage/entries', async (req, reply) => {
-    const caller = await app.authenticate(req, reply);
-    requireNotInGrace(caller, "read the account's usage");
-    const q = parseOrThrow(EntriesQuery, req.query, 'Usage entries query is invalid');
-    const beforeId = q.cursor ? decodeCursor(q.cursor) : null;
-    // One more than asked tells whether another page exists.
-    const rows = await accounts.ledgerEntries(usageScope(caller), {
-      beforeId, limit: q.limit + 1, tool: q.tool, keyId: q.key_id, since: q.since,
-    });
-    const page = rows.slice(0, q.limit);
-    const last = page[page.length - 1];
-    return { entries: page.map(entryView), next_cursor: rows.length > q.limit && last ? encodeCursor(last) : null };
-  });
+  app.get(
+    '/usage/entries',
+    {
+      schema: {
+        operationId: 'listUsageEntries',
+        tags: ['Account'],
+        summary: 'Ledger lines, newest first (limit, cursor, tool, key_id, since)',
+        description: `The ledger's lines in the caller's scope, newest first, a page at a time (a sub-key or sandbox key: its own lines only). ${GRACE}`,
+        querystring: EntriesQuery,
+        response: { '200': ok(LedgerEntryListSchema, 'Ledger lines, newest first.', { headers: RATE_LIMIT }), ...errors(['400', '403']) },
+      } satisfies RouteSchema,
+    },
+    async (req, reply) => {
+      const caller = await app.authenticate(req, reply);
+      requireNotInGrace(caller, "read the account's usage");
+      const q = input<typeof EntriesQuery>(req, 'querystring', 'Usage entries query is invalid');
+      const beforeId = q.cursor ? decodeCursor(q.cursor) : null;
+      // One more than asked tells whether another page exists.
+      const rows = await accounts.ledgerEntries(usageScope(caller), {
+        beforeId, limit: q.limit + 1, tool: q.tool, keyId: q.key_id, since: q.since,
+      });
+      const page = rows.slice(0, q.limit);
+      const last = page[page.length - 1];
+      return { entries: page.map(entryView), next_cursor: rows.length > q.limit && last ? encodeCursor(last) : null };
+    },
+  );
 }

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { z } from 'zod';
 import type { Config } from '../../config.js';
 import { AppError, isAppError } from '../../errors.js';
 import { createMcpServer } from './server.js';
@@ -7,9 +8,54 @@ import { rateLimitHeaders } from '../../access/rate-limit.js';
 import { isJsonTooDeep, jsonBodyParser } from '../http/plugins/json-body.js';
 import { isUnsupportedCharacter } from '../http/plugins/input-guard.js';
 import { edgeTokenHeader } from '../http/answers.js';
+import { ErrorSchema, RATE_LIMIT } from '../http/openapi-components.js';
+import { empty, errors, named, ok, type ResponseDoc, type RouteSchema } from '../http/route-schema.js';
 
 /** /mcp checks origins itself: the global CORS handling (src/faces/http/openapi.ts) skips its routes. */
 const NO_GLOBAL_CORS = { config: { cors: false } } as const;
+
+const JsonRpcId = z.union([z.string(), z.number().int()]);
+
+const JsonRpcMessageSchema = named(
+  'JsonRpcMessage',
+  z
+    .object({
+      jsonrpc: z.literal('2.0'),
+      id: JsonRpcId.nullable().optional().describe('Requests and their answers; a notification has none.'),
+      method: z.string().optional().describe('Requests and notifications: initialize, tools/list, tools/call, ping...'),
+      params: z.record(z.unknown()).optional(),
+      result: z.record(z.unknown()).optional().describe('An answer that succeeded.'),
+      error: z.object({ code: z.number().int(), message: z.string(), data: z.unknown().optional() }).optional().describe('An answer that failed.'),
+    })
+    .passthrough()
+    .describe('A JSON-RPC 2.0 request, notification or answer.'),
+);
+
+const JsonRpcSchema = named(
+  'JsonRpc',
+  z.union([JsonRpcMessageSchema, z.array(JsonRpcMessageSchema)]).describe('A JSON-RPC 2.0 message or batch (MCP Streamable HTTP, stateless).'),
+);
+
+const JsonRpcErrorSchema = named(
+  'JsonRpcError',
+  z
+    .object({
+      jsonrpc: z.literal('2.0'),
+      id: z.null(),
+      error: z.object({
+        code: z.number().int().describe('-32700 parse error, -32600 invalid request, -32603 internal error, -32000 the transport refused the request.'),
+        message: z.string(),
+        data: z.unknown().optional(),
+      }),
+    })
+    .describe('A JSON-RPC error answering the whole HTTP request.'),
+);
+
+/** An answer that is either the service's error envelope (before the MCP transport) or a JSON-RPC error (from it). */
+const eitherError = (description: string): ResponseDoc => ({
+  description,
+  content: { 'application/json': { schema: { oneOf: [{ $ref: '#/components/schemas/Error' }, { $ref: '#/components/schemas/JsonRpcError' }] } } },
+});
 
 /** Marks a body that was not JSON, so the answer can be JSON-RPC's parse error after authentication. */
 const NOT_JSON = Symbol('not json');
@@ -96,76 +142,138 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
     if (req.method === 'POST') await authenticate(app, req, reply);
   });
 
-  app.options('/mcp', NO_GLOBAL_CORS, async (_req, reply) =>
-    reply
-      .status(204)
-      .header('access-control-allow-methods', 'POST')
-      .header('access-control-allow-headers', 'authorization, content-type, accept, mcp-protocol-version, mcp-session-id, last-event-id, x-edge-token')
-      .header('access-control-max-age', '600')
-      .send(),
+  app.options(
+    '/mcp',
+    {
+      ...NO_GLOBAL_CORS,
+      schema: {
+        operationId: 'mcpPreflight',
+        tags: ['MCP'],
+        summary: 'CORS preflight of /mcp',
+        security: 'none',
+        response: { '204': empty('Preflight answer.'), ...errors(['403'], { keyed: false }) },
+        hide: 'CORS preflight of /mcp, answered by its own origin check instead of the global one',
+      } satisfies RouteSchema,
+    },
+    async (_req, reply) =>
+      reply
+        .status(204)
+        .header('access-control-allow-methods', 'POST')
+        .header('access-control-allow-headers', 'authorization, content-type, accept, mcp-protocol-version, mcp-session-id, last-event-id, x-edge-token')
+        .header('access-control-max-age', '600')
+        .send(),
   );
 
-  app.post('/mcp', NO_GLOBAL_CORS, async (req, reply) => {
-    if (req.body === NOT_JSON) {
-      return reply.status(400).send({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'Parse error: the body is not valid JSON' } });
-    }
-    if (req.body === TOO_DEEP) return invalidRequest(reply, `JSON body nests deeper than ${config.MAX_JSON_DEPTH} levels`);
-    if (req.body === UNSUPPORTED) return invalidRequest(reply, 'a string or key contains U+0000 or an unpaired UTF-16 surrogate, which this service does not accept');
-    if (Array.isArray(req.body)) {
-      const caller = req.caller!;
-      const n = req.body.length;
-      const limit = limiter.limitFor(caller.plan, caller.rpm);
-      // Refused whole, before any message is handled: answers to a batch can be far larger than it.
-      if (n > config.MCP_MAX_BATCH) return invalidRequest(reply, `a batch may hold at most ${config.MCP_MAX_BATCH} messages; this one has ${n}`);
-      if (n > limit) return invalidRequest(reply, `a batch of ${n} messages is more than this key's ${limit} requests per minute`);
-      // A tools/call's admission and result belong to its one HTTP request (idempotency, progress).
-      if (req.body.filter(isToolCall).length > 1) return invalidRequest(reply, 'send at most one tools/call per HTTP request');
-      // Every message counts against the rate limit; authentication counted the first.
-      if (n > 1) reply.headers(rateLimitHeaders(await limiter.hit(caller.accountId, limit, n - 1)));
-    }
-    const idempotencyKey = req.headers['idempotency-key'];
-    const server = createMcpServer(
-      { calls, dispatcher, idempotency, syncTimeoutMs: app.container.config.SYNC_TIMEOUT_MS },
-      {
-        caller: req.caller!,
-        requestId: req.id,
-        edgeToken: edgeTokenHeader(req),
-        log: req.log,
-        ...(typeof idempotencyKey === 'string' ? { idempotencyKey } : {}),
-      },
-    );
-    const transport = new StreamableHTTPServerTransport({
-      sessionIdGenerator: undefined,
-      // Plain JSON answers unless a tools/call asks for progress, which needs the SSE form to arrive.
-      enableJsonResponse: !asksForProgress(req.body),
-    });
-    // The SDK writes the response itself; carry over what Fastify would have added (request id,
-    // rate-limit and CORS headers) since its onSend hooks will not run.
-    reply.hijack();
-    for (const [k, v] of Object.entries(reply.getHeaders())) if (v !== undefined) reply.raw.setHeader(k, v);
-    reply.raw.setHeader('x-request-id', req.id);
-    reply.raw.on('close', () => {
-      void transport.close();
-      void server.close();
-    });
-    try {
-      await server.connect(transport);
-      await transport.handleRequest(req.raw, reply.raw, req.body);
-    } catch (err) {
-      req.log.error({ err }, 'MCP request failed');
-      if (!reply.raw.headersSent) {
-        reply.raw.writeHead(500, { 'content-type': 'application/json' });
-        reply.raw.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32603, message: 'Internal error' } }));
-      } else reply.raw.end();
-    }
-  });
+  app.post(
+    '/mcp',
+    {
+      ...NO_GLOBAL_CORS,
+      schema: {
+        operationId: 'mcp',
+        tags: ['MCP'],
+        summary: 'Model Context Protocol (Streamable HTTP, stateless)',
+        description:
+          'tools/list shows what your key may call; tools/call runs and charges like POST /tools/{name}. A fresh server per request: no session, no Mcp-Session-Id. ' +
+          'Send Accept: application/json, text/event-stream; Mcp-Protocol-Version is optional (an unsupported one: 400). A batch may hold at most MCP_MAX_BATCH messages, no more than ' +
+          "the key's requests per minute (each counts against the rate limit) and at most one tools/call. A browser Origin must be the service's own or listed in " +
+          'MCP_ALLOWED_ORIGINS (else 403, before the key is checked); a 401 carries WWW-Authenticate: Bearer.',
+        parameters: ['Idempotency-Key', 'X-Edge-Token'],
+        body: JsonRpcSchema,
+        response: {
+          '200': {
+            description: 'The JSON-RPC answer (or batch of answers); Server-Sent Events when a tools/call asks for progress (params._meta.progressToken).',
+            headers: RATE_LIMIT,
+            content: {
+              'application/json': { schema: JsonRpcSchema },
+              'text/event-stream': { schema: { type: 'string', description: 'Server-Sent Events, each `data:` a JsonRpcMessage: progress notifications, then the answer.' } },
+            },
+          },
+          '202': empty('Only notifications or answers were sent: accepted, nothing to answer.', RATE_LIMIT),
+          '400': ok(JsonRpcErrorSchema, 'Parse error (-32700: not JSON, not JSON-RPC), invalid request (-32600: nested too deep, U+0000 or an unpaired surrogate in a string, a batch too large, two tools/calls in one request) or an unsupported Mcp-Protocol-Version (-32000).'),
+          ...errors(['403', '413']),
+          '406': ok(JsonRpcErrorSchema, 'Accept must list both application/json and text/event-stream.'),
+          '415': eitherError('The body must be application/json: a media type the service does not read (Error), or one it reads that is not JSON (JsonRpcError).'),
+          '500': eitherError('Something went wrong on our side: before the MCP transport (Error) or in it (JsonRpcError -32603).'),
+        },
+      } satisfies RouteSchema,
+    },
+    async (req, reply) => {
+      if (req.body === NOT_JSON) {
+        return reply.status(400).send({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'Parse error: the body is not valid JSON' } });
+      }
+      if (req.body === TOO_DEEP) return invalidRequest(reply, `JSON body nests deeper than ${config.MAX_JSON_DEPTH} levels`);
+      if (req.body === UNSUPPORTED) return invalidRequest(reply, 'a string or key contains U+0000 or an unpaired UTF-16 surrogate, which this service does not accept');
+      if (Array.isArray(req.body)) {
+        const caller = req.caller!;
+        const n = req.body.length;
+        const limit = limiter.limitFor(caller.plan, caller.rpm);
+        // Refused whole, before any message is handled: answers to a batch can be far larger than it.
+        if (n > config.MCP_MAX_BATCH) return invalidRequest(reply, `a batch may hold at most ${config.MCP_MAX_BATCH} messages; this one has ${n}`);
+        if (n > limit) return invalidRequest(reply, `a batch of ${n} messages is more than this key's ${limit} requests per minute`);
+        // A tools/call's admission and result belong to its one HTTP request (idempotency, progress).
+        if (req.body.filter(isToolCall).length > 1) return invalidRequest(reply, 'send at most one tools/call per HTTP request');
+        // Every message counts against the rate limit; authentication counted the first.
+        if (n > 1) reply.headers(rateLimitHeaders(await limiter.hit(caller.accountId, limit, n - 1)));
+      }
+      const idempotencyKey = req.headers['idempotency-key'];
+      const server = createMcpServer(
+        { calls, dispatcher, idempotency, syncTimeoutMs: app.container.config.SYNC_TIMEOUT_MS },
+        {
+          caller: req.caller!,
+          requestId: req.id,
+          edgeToken: edgeTokenHeader(req),
+          log: req.log,
+          ...(typeof idempotencyKey === 'string' ? { idempotencyKey } : {}),
+        },
+      );
+      const transport = new StreamableHTTPServerTransport({
+        sessionIdGenerator: undefined,
+        // Plain JSON answers unless a tools/call asks for progress, which needs the SSE form to arrive.
+        enableJsonResponse: !asksForProgress(req.body),
+      });
+      // The SDK writes the response itself; carry over what Fastify would have added (request id,
+      // rate-limit and CORS headers) since its onSend hooks will not run.
+      reply.hijack();
+      for (const [k, v] of Object.entries(reply.getHeaders())) if (v !== undefined) reply.raw.setHeader(k, v);
+      reply.raw.setHeader('x-request-id', req.id);
+      reply.raw.on('close', () => {
+        void transport.close();
+        void server.close();
+      });
+      try {
+        await server.connect(transport);
+        await transport.handleRequest(req.raw, reply.raw, req.body);
+      } catch (err) {
+        req.log.error({ err }, 'MCP request failed');
+        if (!reply.raw.headersSent) {
+          reply.raw.writeHead(500, { 'content-type': 'application/json' });
+          reply.raw.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32603, message: 'Internal error' } }));
+        } else reply.raw.end();
+      }
+    },
+  );
 
   // Stateless: there is no server-to-client stream to GET and no session to DELETE.
   const notAllowed = async () => {
     throw new AppError('method_not_allowed', 'This MCP endpoint is stateless: POST JSON-RPC messages to /mcp', {}, { headers: { allow: 'POST' } });
   };
-  app.get('/mcp', NO_GLOBAL_CORS, notAllowed);
-  app.delete('/mcp', NO_GLOBAL_CORS, notAllowed);
+  const statelessSchema = (method: 'GET' | 'DELETE'): RouteSchema => ({
+    operationId: method === 'GET' ? 'mcpStream' : 'mcpEndSession',
+    tags: ['MCP'],
+    summary: 'Not offered: the endpoint is stateless (405, Allow: POST)',
+    description:
+      method === 'GET'
+        ? 'Streamable HTTP offers a GET stream of server messages; this stateless endpoint has none. No key needed to be told so.'
+        : 'Streamable HTTP ends a session with DELETE; this stateless endpoint has no sessions. No key needed to be told so.',
+    security: 'none',
+    response: {
+      '403': errors(['403'], { keyed: false })['403']!,
+      '405': ok(ErrorSchema, 'method_not_allowed: POST JSON-RPC messages to /mcp (Allow: POST).'),
+      '500': errors([], { keyed: false })['500']!,
+    },
+  });
+  app.get('/mcp', { ...NO_GLOBAL_CORS, schema: statelessSchema('GET') }, notAllowed);
+  app.delete('/mcp', { ...NO_GLOBAL_CORS, schema: statelessSchema('DELETE') }, notAllowed);
 }
 
 /** 401s carry WWW-Authenticate, as RFC 9110 asks of them, naming the Bearer scheme. */
