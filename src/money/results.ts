@@ -46,11 +46,16 @@ export const JobListQuery = z
       .int('limit must be a whole number')
       .min(1, 'limit must be at least 1')
       .max(LIST_MAX, `limit must be at most ${LIST_MAX}`)
-      .default(LIST_DEFAULT),
-    cursor: z.string().min(1).max(200).optional(),
-    since: z.string().datetime({ offset: true, message: 'since must be an ISO 8601 time, e.g. 2025-01-31T00:00:00Z' }).optional(),
-    tool: z.string().min(1).max(200).optional(),
-    status: z.enum(['completed', 'failed', 'cancelled']).optional(),
+      .default(LIST_DEFAULT)
+      .describe('Calls per page.'),
+    cursor: z.string().min(1).max(200).optional().describe("The previous page's next_cursor."),
+    since: z
+      .string()
+      .datetime({ offset: true, message: 'since must be an ISO 8601 time, e.g. 2025-01-31T00:00:00Z' })
+      .optional()
+      .describe('Only calls made at or after this time.'),
+    tool: z.string().min(1).max(200).optional().describe('Only calls of this tool.'),
+    status: z.enum(['completed', 'failed', 'cancelled']).optional().describe('Only calls that ended so.'),
   });
 export type JobListQuery = z.infer<typeof JobListQuery>;
 

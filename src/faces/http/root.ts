@@ -1,13 +1,72 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
 import { AppError } from '../../errors.js';
 import type { PayPerCall } from '../../calls/pay-per-call.js';
-import { parseProtocolRequest, type ProtocolRequest, type ProtocolService } from '../../calls/protocol.js';
-import { sendIdempotent } from './calls.js';
+import { ENDPOINTS } from '../../calls/catalogue.js';
+import {
+  ChainRequestSchema,
+  DirectRequestSchema,
+  MAX_STEPS,
+  ParallelRequestSchema,
+  PROTOCOL_MODES,
+  parseProtocolRequest,
+  type ProtocolRequest,
+  type ProtocolService,
+} from '../../calls/protocol.js';
+import { CALL_ERRORS, callHeaders, sendIdempotent } from './calls.js';
+import { CallResultSchema, ErrorCodeSchema } from './openapi-components.js';
+import { empty, errors, named, ok, type RouteSchema } from './route-schema.js';
 import { edgeTokenHeader, wantsAsync } from './answers.js';
 import { baseUrl } from './meta.js';
 import { freeNeedsKey, paidIdempotency, payPerCallFor, paymentHeaders, refuseSideEffects, sendPaid } from './paid-calls.js';
 import { lastEventCursor, protocolServices, resumeEventStream, startEventStream } from './stream.js';
 import { acceptCallback } from './webhooks.js';
+
+/** The body of POST /: one mode per request (parseProtocolRequest reads it, with its own messages for a body that names none or several). */
+const ProtocolRequestSchema = named(
+  'ProtocolRequest',
+  z
+    .union([ChainRequestSchema, ParallelRequestSchema, DirectRequestSchema])
+    .describe(`The root protocol: one of chain, parallel or direct (m); stream: true for Server-Sent Events. Up to ${MAX_STEPS} tools.`),
+);
+
+// Functions, not shared instances: a schema used twice would be written as a $ref into the first place it appears.
+const costCents = () => z.number().int().describe('What the completed steps were charged.');
+const remainingCredits = () => z.number().int().nullable().describe('null for a request paid per call (x402).');
+const sandbox = () => z.literal(true).optional().describe('Present, true, for sandbox (cv_test_) keys.');
+const StepErrorSchema = z.object({ code: ErrorCodeSchema, message: z.string() }).passthrough().describe("The step's error, with its details.");
+
+const ChainResultSchema = named(
+  'ChainResult',
+  z
+    .object({
+      steps: z.array(z.object({ tool: z.string(), result: z.unknown(), cost_cents: z.number().int() })).describe('Every step, in order.'),
+      result: z.unknown().describe("The last step's output."),
+      cost_cents: costCents(),
+      remaining_credits: remainingCredits(),
+      sandbox: sandbox(),
+    })
+    .describe('A chain whose every step completed. A failing step fails the request: its error names failed_step, with the steps before it (charged).'),
+);
+
+const ParallelResultSchema = named(
+  'ParallelResult',
+  z
+    .object({
+      results: z
+        .record(z.union([z.object({ result: z.unknown(), cost_cents: z.number().int() }), z.object({ error: StepErrorSchema })]))
+        .describe('By tool name (a tool listed again: name#2, name#3...): its result and charge, or its error.'),
+      cost_cents: costCents(),
+      remaining_credits: remainingCredits(),
+      sandbox: sandbox(),
+    })
+    .describe('A parallel request: every tool, succeeded or failed; only successes are charged. Paid per call (x402), any failure fails the whole request and nothing is charged.'),
+);
+
+const ProtocolResultSchema = named(
+  'ProtocolResult',
+  z.union([CallResultSchema, ChainResultSchema, ParallelResultSchema]).describe('A direct request answers as POST /tools/{m}; chain and parallel requests as below.'),
+);
 
 /** POST /: the root protocol (direct, chain, parallel, stream). Shapes in src/calls/protocol.ts. */
 export async function rootRoutes(app: FastifyInstance): Promise<void> {
@@ -16,7 +75,30 @@ export async function rootRoutes(app: FastifyInstance): Promise<void> {
   // assemble their body (src/calls/webhooks.ts, WEBHOOK_WATCH_QUEUE).
   app.container.webhooks?.startWatcher((rootId) => protocol.flowOutcome(rootId));
 
-  app.post('/', async (req, reply) => {
+  const schema = {
+    operationId: 'rootProtocol',
+    tags: ['Protocol'],
+    summary: 'Root protocol: chain, parallel, direct or stream',
+    description:
+      `${ENDPOINTS['POST /']}. ${Object.values(PROTOCOL_MODES)
+        .map((m) => m.description)
+        .join('. ')}. Without a key (x402): the price of every step at once, all or nothing; free tools and streams need a key.`,
+    security: 'key-or-x402',
+    parameters: ['Idempotency-Key', 'Prefer', 'Callback-Url', 'X-Edge-Token', 'Last-Event-ID'],
+    body: ProtocolRequestSchema,
+    bodyExamples: Object.fromEntries(Object.entries(PROTOCOL_MODES).map(([k, m]) => [k, { summary: m.description, value: m.example }])),
+    response: {
+      '200': ok(ProtocolResultSchema, 'The request ran: a call result (direct), steps and result (chain), or results by tool (parallel); with stream: true, its events.', {
+        headers: callHeaders(app.container.config.X402_ENABLED),
+        eventStream: true,
+      }),
+      '202': { $ref: '#/components/responses/Accepted' },
+      '204': empty('A resumed event stream (Last-Event-ID) that had already ended.'),
+      ...errors(CALL_ERRORS),
+    },
+  } satisfies RouteSchema;
+
+  app.post('/', { schema }, async (req, reply) => {
     const paid = payPerCallFor(req);
     if (paid) return sendPaidRoot(req, reply, protocol, paid);
     const caller = await app.authenticate(req, reply);

@@ -8,6 +8,11 @@ import type { KeyCaller } from '../../access/auth.js';
 import { Idempotency, type StoredResponse, type TrackJob } from '../../calls/idempotency.js';
 import { ProtocolService, type ProtocolOptions, type StreamTarget } from '../../calls/protocol.js';
 import { JobFollower, parseEventId, rootIdOf, type EventCursor, type SseEvent } from '../sse.js';
+import { ENDPOINTS } from '../../calls/catalogue.js';
+import { JobIdParams, RATE_LIMIT } from './openapi-components.js';
+import { empty, errors, media, typed, type RouteSchema } from './route-schema.js';
+
+const EVENT_STREAM_REF = { $ref: '#/components/schemas/EventStream' };
 
 interface ProtocolServices {
   protocol: ProtocolService;
@@ -165,17 +170,11 @@ function sendStored(req: FastifyRequest, reply: FastifyReply, res: StoredRespons
 }
 
 /** POST /tools/{name} with Accept: text/event-stream. */
-export async function streamToolCall(
-  app: FastifyInstance,
-  req: FastifyRequest<{ Params: { name: string } }>,
-  reply: FastifyReply,
-  caller: KeyCaller,
-  opts: ProtocolOptions,
-) {
+export async function streamToolCall(app: FastifyInstance, req: FastifyRequest, reply: FastifyReply, caller: KeyCaller, tool: string, opts: ProtocolOptions) {
   const at = lastEventCursor(req);
   if (at) return resumeEventStream(app, req, reply, caller, at);
   const { protocol } = protocolServices(app.container);
-  return startEventStream(app, req, reply, caller, (track) => protocol.startTool(caller, req.params.name, req.body, { ...opts, onJobId: track }));
+  return startEventStream(app, req, reply, caller, (track) => protocol.startTool(caller, tool, req.body, { ...opts, onJobId: track }));
 }
 
 export async function streamRoutes(app: FastifyInstance): Promise<void> {
@@ -185,7 +184,22 @@ export async function streamRoutes(app: FastifyInstance): Promise<void> {
   });
 
   /** Replays a job's stored events, then follows it live until its result or error (same key only). */
-  app.get<{ Params: { id: string } }>('/jobs/:id/events', async (req, reply) => {
+  const eventsSchema = {
+    operationId: 'jobEvents',
+    tags: ['Jobs'],
+    summary: "A job's Server-Sent Events",
+    description:
+      `${ENDPOINTS['GET /jobs/{id}/events']}. Events: queued, progress (and step, as each step of a chain or parallel request ends), then ` +
+      'result or error; every id is `<root job id>:<cursor>`. A stream that fails after it started ends with an error event (internal_error) without an id.',
+    params: JobIdParams,
+    parameters: ['Last-Event-ID'],
+    response: {
+      '200': { ...media('text/event-stream', 'Server-Sent Events: the stored ones replayed, then live ones until the result or error.', EVENT_STREAM_REF), headers: ['X-Job-Id', ...RATE_LIMIT] },
+      '204': empty('The stream had already ended (Last-Event-ID at its end).'),
+      ...errors(['404']),
+    },
+  } satisfies RouteSchema;
+  typed(app).get('/jobs/:id/events', { schema: eventsSchema }, async (req, reply) => {
     const caller = await app.authenticate(req, reply);
     const target = await protocol.target(caller, req.params.id);
     const last = parseEventId(req.headers['last-event-id']);

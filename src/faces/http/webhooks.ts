@@ -3,6 +3,20 @@ import { AppError } from '../../errors.js';
 import type { KeyCaller } from '../../access/auth.js';
 import type { CallbackSource, Webhooks } from '../../calls/webhooks.js';
 import { requireKeyOwner } from '../../access/keys.js';
+import { z } from 'zod';
+import { ENDPOINTS } from '../../calls/catalogue.js';
+import { RATE_LIMIT } from './openapi-components.js';
+import { errors, named, ok, type RouteSchema } from './route-schema.js';
+
+const WebhookSecretSchema = named(
+  'WebhookSecret',
+  z.object({
+    secret: z
+      .string()
+      .regex(/^whsec_/)
+      .describe('whsec_<base64 of the key>: the HMAC-SHA256 key (the bytes after whsec_) of the webhook-signature header deliveries carry (Standard Webhooks).'),
+  }),
+);
 
 function webhooksOf(app: FastifyInstance): Webhooks {
   const w = app.container.webhooks;
@@ -68,14 +82,31 @@ export async function webhookRoutes(app: FastifyInstance): Promise<void> {
   // The account's signing secret (created on first use), and rolling it. Only the account's current
   // production key (src/access/keys.ts): the secret would let any other key (a sub-key, an agent's or
   // sandbox key, a rotated key in its grace) forge deliveries the account's receiver trusts.
-  app.get('/webhooks/secret', async (req, reply) => {
+  const who =
+    " The account's current production key only: a sub-key or an agent, VIP or sandbox key gets 403 forbidden, a rotated key in its grace 403 key_in_grace. " +
+    'Answered with Cache-Control: no-store. 503 service_unavailable when this process has no webhook delivery.';
+  const getSchema = {
+    operationId: 'getWebhookSecret',
+    tags: ['Account'],
+    summary: "The account's webhook signing secret",
+    description: `${ENDPOINTS['GET /webhooks/secret']}.${who}`,
+    response: { '200': ok(WebhookSecretSchema, 'The secret (created on first use).', { headers: RATE_LIMIT }), ...errors(['403']) },
+  } satisfies RouteSchema;
+  app.get('/webhooks/secret', { schema: getSchema }, async (req, reply) => {
     const caller = await app.authenticate(req, reply);
     requireKeyOwner(caller, "read the account's webhook secret");
     reply.header('cache-control', 'no-store');
     return { secret: await webhooksOf(app).secrets.get(caller.accountId) };
   });
 
-  app.post('/webhooks/secret', async (req, reply) => {
+  const rollSchema = {
+    operationId: 'rollWebhookSecret',
+    tags: ['Account'],
+    summary: 'Roll the webhook signing secret',
+    description: `Replaces the secret; deliveries from now on (retries too) are signed with the new one.${who}`,
+    response: { '200': ok(WebhookSecretSchema, 'The new secret.', { headers: RATE_LIMIT }), ...errors(['403']) },
+  } satisfies RouteSchema;
+  app.post('/webhooks/secret', { schema: rollSchema }, async (req, reply) => {
     const caller = await app.authenticate(req, reply);
     requireKeyOwner(caller, "roll the account's webhook secret");
     reply.header('cache-control', 'no-store');
