@@ -343,8 +343,8 @@ describe('OpenAPI', () => {
     const doc = json(await h.request({ method: 'GET', url: '/openapi.json' }));
     const topupOp = doc.paths['/credits/topup'].post;
     expect(Object.keys(topupOp.responses).sort()).toEqual(expect.arrayContaining(['200', '400', '401', '402', '403', '429', '503']));
-    // A key is needed (it names the account); the payment is asked for by the 402, not an alternative to the key.
-    expect(topupOp.security).toEqual([{ bearerAuth: [] }]);
+    // A key (it names the account) and a payment: both, never one instead of the other.
+    expect(topupOp.security).toEqual([{ bearerAuth: [], x402Payment: [] }, { bearerAuth: [], x402PaymentV1: [] }]);
     expect(topupOp.responses['402']).toEqual({ $ref: '#/components/responses/PaymentRequired' });
     expect(doc.components.schemas.TopupRequest.properties.cents).toMatchObject({ minimum: 500, maximum: 100_000 });
     expect(doc.paths['/subscribe'].get.responses['200'].content).toHaveProperty('text/html');

@@ -67,6 +67,7 @@ export async function creditRoutes(app: FastifyInstance): Promise<void> {
       'with the signed payment in PAYMENT-SIGNATURE (v2) or X-Payment (v1). Credits are added only once the payment has settled, once per payment. ' +
       '503 topup_unavailable when x402 is not configured with a facilitator or self-settlement; 503 service_unavailable when a settled payment ' +
       'could not be credited yet (the recovery pass adds it: do not pay again). 502 upstream_error when the facilitator cannot be reached.',
+    security: 'key-and-x402',
     body: Body,
     bodyExamples: { least: { summary: 'The least one top-up buys (TOPUP_MIN_CENTS)', value: { cents: config.TOPUP_MIN_CENTS } } },
     response: {

@@ -7,7 +7,6 @@ import { z } from 'zod';
 import type { Config } from '../../config.js';
 import { ERROR_STATUS, type ErrorCode as Code } from '../../errors.js';
 import { PaymentRequirementsSchema } from '../../pay/x402/requirements.js';
-import { TOOLS } from '../../tools/index.js';
 import { named, type HeaderName, type JsonSchema } from './route-schema.js';
 
 const codes = Object.keys(ERROR_STATUS) as [Code, ...Code[]];
@@ -95,7 +94,7 @@ export const JobStatusSchema = named(
   z
     .object({
       job_id: z.string(),
-      status: z.enum(['queued', 'running', 'completed', 'failed', 'cancelled']),
+      status: z.enum(['queued', 'running', 'completed']).describe('A failed or cancelled job answers with its error envelope instead (with job_id).'),
       progress: z.unknown().optional(),
       webhook: WebhookStatusSchema.optional(),
     })
@@ -109,7 +108,7 @@ export const OpenSchema = named('Open', z.record(z.unknown()));
 /** JSON Schemas with no zod counterpart (non-JSON media). */
 export const EVENT_STREAM: JsonSchema = {
   type: 'string',
-  description: 'Server-Sent Events: queued, progress, result or error (id: lines resume with Last-Event-ID).',
+  description: 'Server-Sent Events: queued, progress, step (each step of a chain or parallel request), then result or error (id: lines resume with Last-Event-ID).',
 };
 
 const header = (description: string, schema: JsonSchema = { type: 'string' }) => ({ description, schema });

@@ -1,7 +1,7 @@
 import type { FastifyInstance, RouteOptions } from 'fastify';
 import cors from '@fastify/cors';
-import type { ZodTypeAny } from 'zod';
-import { zodToJsonSchema } from 'zod-to-json-schema';
+import type { ZodTypeAny, ZodTypeDef } from 'zod';
+import { ignoreOverride, zodToJsonSchema } from 'zod-to-json-schema';
 import type { Config } from '../../config.js';
 import { TOOLS } from '../../tools/index.js';
 import type { AnyTool } from '../../tools/types.js';
@@ -80,6 +80,8 @@ function securityFor(security: Security | undefined, x402: boolean): Json[] {
       return [];
     case 'key-or-x402':
       return x402 ? [...AUTH, { x402Payment: [] }, { x402PaymentV1: [] }] : AUTH;
+    case 'key-and-x402':
+      return x402 ? [{ bearerAuth: [], x402Payment: [] }, { bearerAuth: [], x402PaymentV1: [] }] : AUTH;
     case 'metrics':
       return [{ metricsToken: [] }];
     case 'admin':
@@ -89,19 +91,28 @@ function securityFor(security: Security | undefined, x402: boolean): Json[] {
   }
 }
 
-/** Converts zod to JSON Schema; a schema named in route-schema.ts (or holding one) points at components.schemas. */
+/**
+ * Converts zod to JSON Schema. A schema named in route-schema.ts becomes a `$ref` to
+ * components.schemas wherever it appears; everything else is written inline (a schema used twice is
+ * written twice, so no pointer ever leads into another schema's insides).
+ */
 function converter() {
-  const definitions = Object.fromEntries(namedSchemas());
-  const opts = { target: 'jsonSchema7' as const, definitions, basePath: ['#', 'components'], definitionPath: 'schemas' };
-  const convert = (schema: ZodTypeAny | JsonSchema): Json => {
-    if (!isZod(schema)) return schema;
-    const { $schema: _s, schemas: _d, ...rest } = zodToJsonSchema(schema, opts) as Json;
+  const byDef = new Map<ZodTypeDef, string>([...namedSchemas()].map(([name, schema]) => [schema._def, name]));
+  const toJson = (schema: ZodTypeAny, self?: string): Json => {
+    const { $schema: _s, ...rest } = zodToJsonSchema(schema, {
+      target: 'jsonSchema7',
+      $refStrategy: 'none',
+      override: (def, refs) => {
+        const name = byDef.get(def);
+        // A named schema is a reference, except at the top of its own definition.
+        if (name && !(name === self && refs.currentPath.length <= 1)) return { $ref: `#/components/schemas/${name}` };
+        return ignoreOverride;
+      },
+    }) as Json;
     return rest;
   };
-  const components = () => {
-    const out = zodToJsonSchema(Object.values(definitions)[0] ?? ({} as ZodTypeAny), opts) as Json;
-    return (out.schemas ?? {}) as Json;
-  };
+  const convert = (schema: ZodTypeAny | JsonSchema): Json => (isZod(schema) ? toJson(schema) : schema);
+  const components = () => Object.fromEntries([...namedSchemas()].map(([name, schema]) => [name, toJson(schema, name)]));
   return { convert, components };
 }
 

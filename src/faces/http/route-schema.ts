@@ -15,8 +15,11 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { ZodTypeAny, z } from 'zod';
 import { parseOrThrow } from '../../errors.js';
 
-/** Who may call: an API key (the default), nobody in particular, a key or an x402 payment, the metrics or admin token. */
-export type Security = 'key' | 'none' | 'key-or-x402' | 'metrics' | 'admin';
+/**
+ * Who may call: an API key (the default), anyone, a key or an x402 payment, a key and an x402 payment
+ * (top-ups), the metrics or the admin token.
+ */
+export type Security = 'key' | 'none' | 'key-or-x402' | 'key-and-x402' | 'metrics' | 'admin';
 
 /** Tags of the reference, in its order. */
 export const TAGS = ['Discovery', 'Tools', 'Protocol', 'Jobs', 'Account', 'Keys', 'Sub-keys', 'MCP', 'OpenAI', 'Operators'] as const;

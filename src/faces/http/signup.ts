@@ -174,6 +174,7 @@ ${signup.example ? `<pre>${e(signup.example)}</pre>` : ''}
           'counted before the body is read (SIGNUP_PER_HOUR, 429 with Retry-After). An unknown attribution_code: 400.',
         security: 'none',
         body: SignupBody,
+        bodyExamples: { email: { summary: 'A free account for this address', value: { email: 'ada@example.com' } } },
         response: { '201': ok(SignupSchema, 'The new account and its key.'), ...errors(['400', '404', '413', '415', '429'], { keyed: false }) },
       } satisfies RouteSchema,
     },

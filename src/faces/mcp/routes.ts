@@ -179,6 +179,10 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
           'MCP_ALLOWED_ORIGINS (else 403, before the key is checked); a 401 carries WWW-Authenticate: Bearer.',
         parameters: ['Idempotency-Key', 'X-Edge-Token'],
         body: JsonRpcSchema,
+        bodyExamples: {
+          list: { summary: 'The tools this key may call', value: { jsonrpc: '2.0', id: 1, method: 'tools/list' } },
+          call: { summary: 'Run compute', value: { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'compute', arguments: { expression: '6 * 7' } } } },
+        },
         response: {
           '200': {
             description: 'The JSON-RPC answer (or batch of answers); Server-Sent Events when a tools/call asks for progress (params._meta.progressToken).',
