@@ -32,7 +32,12 @@ const PROFILE = process.env.BENCH_AB_PROF === '1';
 /** BENCH_AB_B_NODE_ARGS: node options for B only (e.g. a V8 flag to compare against the same code without it). */
 const B_NODE_ARGS = (process.env.BENCH_AB_B_NODE_ARGS ?? '').split(' ').filter(Boolean);
 /** BENCH_AB_B_ENV: `NAME=value ...` set for B only (a setting to compare against the same code without it). */
-const B_ENV = Object.fromEntries((process.env.BENCH_AB_B_ENV ?? '').split(' ').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+const B_ENV = Object.fromEntries(
+  (process.env.BENCH_AB_B_ENV ?? '')
+    .split(' ')
+    .filter(Boolean)
+    .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
+);
 const nowUs = () => Number(process.hrtime.bigint() / 1000n);
 const log = (s: string) => process.stderr.write(`[ab ${new Date().toISOString().slice(11, 19)}] ${s}\n`);
 
@@ -67,7 +72,13 @@ async function main() {
     for (let r = 0; r < ROUNDS; r++) {
       for (const side of ['A', 'B'] as const) {
         const prof = PROFILE && side === 'B' && r === ROUNDS - 1 ? mkdtempSync(join(tmpdir(), 'tollgate-ab-prof-')) : null;
-        const svc = await startService({ port: ports.service, split: false, env: side === 'B' ? { ...env, ...B_ENV } : env, cwd: sides[side], nodeArgs: [...(side === 'B' ? B_NODE_ARGS : []), ...(prof ? ['--cpu-prof', `--cpu-prof-dir=${prof}`] : [])] });
+        const svc = await startService({
+          port: ports.service,
+          split: false,
+          env: side === 'B' ? { ...env, ...B_ENV } : env,
+          cwd: sides[side],
+          nodeArgs: [...(side === 'B' ? B_NODE_ARGS : []), ...(prof ? ['--cpu-prof', `--cpu-prof-dir=${prof}`] : [])],
+        });
         let window: [number, number] = [0, 0];
         let calls = 0;
         try {
@@ -87,7 +98,9 @@ async function main() {
           const metric = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(m)?.[1] ?? NaN);
           const batch = metric('tollgate_settlement_batch_size_sum') / metric('tollgate_settlement_batch_size_count');
           results[side].push({ rps: s.rps, svc: per[0]!, redis: per[1]!, pg: per[2]! });
-          log(`round ${r + 1} ${side}: ${s.rps.toFixed(0)} req/s, p50 ${s.p50.toFixed(2)} ms, CPU ms/call service ${per[0]!.toFixed(3)} redis ${per[1]!.toFixed(3)} postgres ${per[2]!.toFixed(3)}; mean settlement batch ${batch.toFixed(1)}`);
+          log(
+            `round ${r + 1} ${side}: ${s.rps.toFixed(0)} req/s, p50 ${s.p50.toFixed(2)} ms, CPU ms/call service ${per[0]!.toFixed(3)} redis ${per[1]!.toFixed(3)} postgres ${per[2]!.toFixed(3)}; mean settlement batch ${batch.toFixed(1)}`,
+          );
         } finally {
           await svc.stop();
         }
@@ -96,14 +109,20 @@ async function main() {
           const files = profilesOf(prof, svc.api.pid!);
           const summaries = files.map((f) => summarise(f.file, svc.api.pid!, f.thread, window));
           if (summaries[0]) for (const l of formatSummary('CPU profile of B, main thread', summaries[0], calls, 40)) console.log(l);
-          for (const t of summaries.slice(1).sort((a, b) => b.busyMs - a.busyMs).slice(0, 1)) for (const l of formatSummary('busiest other thread', t, calls, 12)) console.log(l);
+          for (const t of summaries
+            .slice(1)
+            .sort((a, b) => b.busyMs - a.busyMs)
+            .slice(0, 1))
+            for (const l of formatSummary('busiest other thread', t, calls, 12)) console.log(l);
         }
       }
     }
     const med = (side: 'A' | 'B', k: 'rps' | 'svc' | 'redis' | 'pg') => median(results[side].map((x) => x[k]));
     for (const side of ['A', 'B'] as const) {
       const total = med(side, 'svc') + med(side, 'redis') + med(side, 'pg');
-      console.log(`${side}  ${med(side, 'rps').toFixed(0).padStart(6)} req/s   CPU ms/call: service ${med(side, 'svc').toFixed(3)}  redis ${med(side, 'redis').toFixed(3)}  postgres ${med(side, 'pg').toFixed(3)}  sum ${total.toFixed(3)}`);
+      console.log(
+        `${side}  ${med(side, 'rps').toFixed(0).padStart(6)} req/s   CPU ms/call: service ${med(side, 'svc').toFixed(3)}  redis ${med(side, 'redis').toFixed(3)}  postgres ${med(side, 'pg').toFixed(3)}  sum ${total.toFixed(3)}`,
+      );
     }
     console.log(`B/A req/s ${(med('B', 'rps') / med('A', 'rps')).toFixed(3)}`);
   } finally {

@@ -80,7 +80,9 @@ function localPortsOf(pid: number): Set<number> {
   return ports;
 }
 
-interface Owners { byPort: Map<number, string> }
+interface Owners {
+  byPort: Map<number, string>;
+}
 function owners(procs: Record<string, number | undefined>): Owners {
   const byPort = new Map<number, string>();
   for (const [name, pid] of Object.entries(procs)) if (pid) for (const p of localPortsOf(pid)) byPort.set(p, name);
@@ -141,9 +143,13 @@ async function main() {
 
   // A Redis of the run's own: its statistics are the calls', nobody else's.
   const redisUrl = `redis://127.0.0.1:${ports.redis}`;
-  const redisServer = spawn('redis-server', ['--port', String(ports.redis), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no', '--loglevel', 'warning'], {
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  const redisServer = spawn(
+    'redis-server',
+    ['--port', String(ports.redis), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no', '--loglevel', 'warning'],
+    {
+      stdio: ['ignore', 'ignore', 'inherit'],
+    },
+  );
   children.push(redisServer);
   const stats = new IORedis(redisUrl, { maxRetriesPerRequest: null, lazyConnect: true });
   stats.on('error', () => {}); // refused until redis-server listens
@@ -172,7 +178,8 @@ async function main() {
   const dbName = dbu.pathname.slice(1);
   const pgStats = new pg.Client({ connectionString: directDb });
   await pgStats.connect();
-  const commitsNow = async () => Number((await pgStats.query('SELECT xact_commit FROM pg_stat_database WHERE datname = $1', [dbName])).rows[0]?.xact_commit ?? 0);
+  const commitsNow = async () =>
+    Number((await pgStats.query('SELECT xact_commit FROM pg_stat_database WHERE datname = $1', [dbName])).rows[0]?.xact_commit ?? 0);
 
   const pool = await openPool(config.DATABASE_URL, { maximumPoolSize: 2 });
   const redis = connectRedis(redisUrl);
@@ -240,7 +247,11 @@ async function main() {
         let m = sent.get(owner);
         if (!m) sent.set(owner, (m = new Map()));
         inc(m, cmd);
-        inc(bytes, owner, args.reduce((a, x) => a + Buffer.byteLength(String(x)), 0));
+        inc(
+          bytes,
+          owner,
+          args.reduce((a, x) => a + Buffer.byteLength(String(x)), 0),
+        );
         if (owner === 'bench') return;
         if (cmd === 'evalsha') inc(lua, sha.get(String(args[1])) ?? `sha ${String(args[1]).slice(0, 8)}`);
         else if (cmd === 'eval') inc(lua, sha.get(createHash('sha1').update(String(args[1])).digest('hex')) ?? 'eval (unnamed)');
@@ -302,7 +313,25 @@ async function main() {
         redis: cpuMs(redisServer.pid!) - cpu0.redis,
         postgres: cpuMsOfComm('postgres') - cpu0.postgres,
       };
-      return { label, calls: n, sent, bytes, lua, inner, commandstats, idleSentPerSec, sql, sqlTrips, commits, cpu, io, rps: t.rps, countRps: c.rps, window: [w0, w1], pids };
+      return {
+        label,
+        calls: n,
+        sent,
+        bytes,
+        lua,
+        inner,
+        commandstats,
+        idleSentPerSec,
+        sql,
+        sqlTrips,
+        commits,
+        cpu,
+        io,
+        rps: t.rps,
+        countRps: c.rps,
+        window: [w0, w1],
+        pids,
+      };
     };
 
     log('service: WORKERS=off API + core worker process');
@@ -335,7 +364,9 @@ async function main() {
     // The chain's column is per operation (three paid calls).
     let chainCell = '';
     const row = (label: string, a: number, b: number, digits = 2) => {
-      w(`${label.padEnd(46)} ${a.toFixed(digits).padStart(9)} ${b.toFixed(digits).padStart(9)}${b > 0 ? `   ${(a / b).toFixed(1).padStart(5)}x` : '         '}${chainCell}`);
+      w(
+        `${label.padEnd(46)} ${a.toFixed(digits).padStart(9)} ${b.toFixed(digits).padStart(9)}${b > 0 ? `   ${(a / b).toFixed(1).padStart(5)}x` : '         '}${chainCell}`,
+      );
       chainCell = '';
     };
     const withChain = (f: (r: Result) => number, digits = 2) => {
@@ -348,7 +379,9 @@ async function main() {
     w();
     w(`Per-call cost: paid POST /tools/compute (service, split: API + core worker process) against the anchor`);
     w(`${CALLS} calls at ${IN_FLIGHT} in flight per phase after ${WARMUP} warm-up calls; private redis-server, Postgres through a counting proxy`);
-    w(`counting phase ${sv.countRps.toFixed(0)} / ${an.countRps.toFixed(0)} req/s (MONITOR on); timing phase ${sv.rps.toFixed(0)} / ${an.rps.toFixed(0)} req/s`);
+    w(
+      `counting phase ${sv.countRps.toFixed(0)} / ${an.countRps.toFixed(0)} req/s (MONITOR on); timing phase ${sv.rps.toFixed(0)} / ${an.rps.toFixed(0)} req/s`,
+    );
     if (ch) w(`chain op = one POST / with a chain of three compute calls (three paid calls), per operation; ${ch.rps.toFixed(0)} ops/s in its timing phase`);
     w();
     w(`${''.padEnd(46)} ${'service'.padStart(9)} ${'anchor'.padStart(9)}   ratio${ch ? `   ${'chain op'.padStart(9)}` : ''}`);
@@ -408,7 +441,13 @@ async function main() {
           }
           const summaries = files.map((f) => summarise(f.file, pid, f.thread, r.window));
           w();
-          for (const l of formatSummary(`CPU profile, ${r.label} ${proc} process, main thread${r === ch ? ' (per operation of three calls)' : ''}`, summaries[0]!, r.calls, r === ch ? 15 : 25)) w(l);
+          for (const l of formatSummary(
+            `CPU profile, ${r.label} ${proc} process, main thread${r === ch ? ' (per operation of three calls)' : ''}`,
+            summaries[0]!,
+            r.calls,
+            r === ch ? 15 : 25,
+          ))
+            w(l);
           const others = summaries.slice(1);
           if (others.length) {
             const busy = others.reduce((a, s) => a + s.busyMs, 0);
@@ -422,7 +461,9 @@ async function main() {
       w(`profiles: ${profDir}`);
     }
     w();
-    w(`breakdown took ${((Date.now() - t0) / 1000).toFixed(0)} s; load average at start ${load0}, at end ${readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')} (2 cores)`);
+    w(
+      `breakdown took ${((Date.now() - t0) / 1000).toFixed(0)} s; load average at start ${load0}, at end ${readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')} (2 cores)`,
+    );
     process.stdout.write(out.join('\n') + '\n');
   } finally {
     for (const r of running) await r.stop().catch(() => {});
@@ -445,4 +486,3 @@ main().then(
     process.exit(1);
   },
 );
-

@@ -9,7 +9,12 @@ import { createServer } from 'node:net';
 import pg from 'pg';
 import { Pool } from 'undici';
 
-export interface Stats { rps: number; p50: number; p99: number; n: number }
+export interface Stats {
+  rps: number;
+  p50: number;
+  p99: number;
+  n: number;
+}
 
 export function stats(latencies: number[], wallMs: number): Stats {
   const s = [...latencies].sort((a, b) => a - b);
@@ -54,7 +59,9 @@ export async function assertPortFree(port: number, what: string): Promise<void> 
       srv.listen(port, '127.0.0.1', () => resolve());
     });
   } catch (e) {
-    throw new Error(`port ${port} (${what}) is taken (${(e as NodeJS.ErrnoException).code}); choose another base with BENCH_PORT=<port> (uses BENCH_PORT..BENCH_PORT+3)`);
+    throw new Error(
+      `port ${port} (${what}) is taken (${(e as NodeJS.ErrnoException).code}); choose another base with BENCH_PORT=<port> (uses BENCH_PORT..BENCH_PORT+3)`,
+    );
   } finally {
     await new Promise((r) => srv.close(r));
   }
@@ -78,7 +85,9 @@ export function cpuMs(pid: number): number {
 /** CPU ms of every process whose command name is `comm` (e.g. all postgres backends). */
 export function cpuMsOfComm(comm: string): number {
   let total = 0;
-  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d)).map(Number)) {
+  for (const pid of readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .map(Number)) {
     try {
       if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === comm) total += cpuMs(pid);
     } catch {
@@ -87,7 +96,6 @@ export function cpuMsOfComm(comm: string): number {
   }
   return total;
 }
-
 
 export const children: ChildProcess[] = [];
 process.on('exit', () => {
@@ -110,7 +118,12 @@ async function waitReady(procs: ChildProcess[], what: string, ready: () => Promi
   }
 }
 
-export interface Running { client: Pool; api: ChildProcess; worker?: ChildProcess; stop: () => Promise<void> }
+export interface Running {
+  client: Pool;
+  api: ChildProcess;
+  worker?: ChildProcess;
+  stop: () => Promise<void>;
+}
 
 async function stopAll(client: Pool, procs: ChildProcess[]) {
   await client.close();
@@ -174,11 +187,18 @@ export async function startAnchor(opts: {
   await assertPortFree(opts.port, 'anchor');
   const dir = new URL('.', import.meta.url).pathname;
   const env = { ...opts.env, BENCH_ANCHOR_PORT: String(opts.port), BENCH_ANCHOR_QUEUE: opts.queue, BENCH_ANCHOR_PREFIX: opts.prefix };
-  const worker = spawn(process.execPath, [...(opts.nodeArgs ?? []), '--import', 'tsx', `${dir}baseline-worker.ts`, opts.queue, opts.prefix, String(opts.concurrency)], {
+  const worker = spawn(
+    process.execPath,
+    [...(opts.nodeArgs ?? []), '--import', 'tsx', `${dir}baseline-worker.ts`, opts.queue, opts.prefix, String(opts.concurrency)],
+    {
+      env,
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    },
+  );
+  const api = spawn(process.execPath, [...(opts.nodeArgs ?? []), '--import', 'tsx', `${dir}anchor-server.ts`], {
     env,
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    stdio: ['ignore', 'inherit', 'inherit'],
   });
-  const api = spawn(process.execPath, [...(opts.nodeArgs ?? []), '--import', 'tsx', `${dir}anchor-server.ts`], { env, stdio: ['ignore', 'inherit', 'inherit'] });
   const procs = [api, worker];
   children.push(...procs);
   let workerReady = false;
@@ -256,7 +276,8 @@ export async function deleteAccounts(databaseUrl: string, accountIds: string[]):
         SELECT a.attname AS col FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
         WHERE c.contype = 'f' AND c.confrelid = 'api_keys'::regclass AND c.conrelid = 'api_keys'::regclass`)
     ).rows.map((r) => r.col);
-    if (selfRefs.length) await client.query(`UPDATE api_keys SET ${selfRefs.map((c) => `"${c}" = NULL`).join(', ')} WHERE account_id = ANY($1::uuid[])`, [accountIds]);
+    if (selfRefs.length)
+      await client.query(`UPDATE api_keys SET ${selfRefs.map((c) => `"${c}" = NULL`).join(', ')} WHERE account_id = ANY($1::uuid[])`, [accountIds]);
     await client.query('DELETE FROM api_keys WHERE account_id = ANY($1::uuid[])', [accountIds]);
     const n = (await client.query('DELETE FROM accounts WHERE id = ANY($1::uuid[])', [accountIds])).rowCount ?? 0;
     await client.query('COMMIT');

@@ -12,9 +12,21 @@ interface ProfileNode {
   callFrame: { functionName: string; url: string; lineNumber: number; columnNumber: number };
   hitCount?: number;
 }
-interface CpuProfile { nodes: ProfileNode[]; startTime: number; endTime: number; samples: number[]; timeDeltas: number[] }
+interface CpuProfile {
+  nodes: ProfileNode[];
+  startTime: number;
+  endTime: number;
+  samples: number[];
+  timeDeltas: number[];
+}
 
-export interface SelfTime { key: string; fn: string; where: string; area: string; ms: number }
+export interface SelfTime {
+  key: string;
+  fn: string;
+  where: string;
+  area: string;
+  ms: number;
+}
 export interface ProfileSummary {
   file: string;
   pid: number;
@@ -128,11 +140,16 @@ export function formatSummary(label: string, s: ProfileSummary, calls: number, t
   const rows = [
     `${label}: pid ${s.pid} thread ${s.thread}, ${s.windowMs.toFixed(0)} ms window${s.inWindow ? '' : ' (window outside the profile: whole profile shown)'}, ` +
       `busy ${s.busyMs.toFixed(0)} ms (${(s.busyMs / calls).toFixed(3)} ms/call), idle ${s.idleMs.toFixed(0)} ms`,
-    `  by area: ${s.areas.slice(0, 12).map(([a, ms]) => `${a} ${((100 * ms) / s.busyMs).toFixed(1)}%`).join(', ')}`,
+    `  by area: ${s.areas
+      .slice(0, 12)
+      .map(([a, ms]) => `${a} ${((100 * ms) / s.busyMs).toFixed(1)}%`)
+      .join(', ')}`,
     `  ${'self ms'.padStart(8)} ${'%busy'.padStart(6)} ${'us/call'.padStart(8)}  function  (file:line)`,
   ];
   for (const e of s.top.slice(0, topN)) {
-    rows.push(`  ${e.ms.toFixed(1).padStart(8)} ${((100 * e.ms) / s.busyMs).toFixed(1).padStart(6)} ${((1000 * e.ms) / calls).toFixed(1).padStart(8)}  ${e.fn.slice(0, 48)}  ${e.where}`);
+    rows.push(
+      `  ${e.ms.toFixed(1).padStart(8)} ${((100 * e.ms) / s.busyMs).toFixed(1).padStart(6)} ${((1000 * e.ms) / calls).toFixed(1).padStart(8)}  ${e.fn.slice(0, 48)}  ${e.where}`,
+    );
   }
   return rows;
 }

@@ -44,7 +44,10 @@ export async function protocolBench({ http, headers, drive, fmt }: BenchDeps): P
         for (let i = 0; i < 3; i++) await post('/tools/compute', { expression: Q }, (b) => b.result?.result === '14');
       },
     ],
-    ['chain of 3 (POST /)              ', () => post('/', { chain: ['compute', 'compute', 'compute'], q: Q }, (b) => b.steps?.length === 3 && b.cost_cents === 6)],
+    [
+      'chain of 3 (POST /)              ',
+      () => post('/', { chain: ['compute', 'compute', 'compute'], q: Q }, (b) => b.steps?.length === 3 && b.cost_cents === 6),
+    ],
     ['parallel of 3 (POST /)           ', () => post('/', { parallel: ['compute', 'compute', 'compute'], q: Q }, (b) => b.cost_cents === 6)],
   ];
 

@@ -148,7 +148,12 @@ async function main() {
         }
       }
     }
-    const med = (xs: Stats[]): Stats => ({ rps: median(xs.map((x) => x.rps)), p50: median(xs.map((x) => x.p50)), p99: median(xs.map((x) => x.p99)), n: xs[0]!.n });
+    const med = (xs: Stats[]): Stats => ({
+      rps: median(xs.map((x) => x.rps)),
+      p50: median(xs.map((x) => x.p50)),
+      p99: median(xs.map((x) => x.p99)),
+      n: xs[0]!.n,
+    });
 
     log('root protocol (chain and parallel of three)');
     const proto = await protocolBench({ http: service.client, headers, drive, fmt });
@@ -208,7 +213,9 @@ async function main() {
     const w = (s = '') => out.push(s);
     w();
     w('Tollgate benchmark: one hot account, compute at 2 cents per call (real debit)');
-    w(`service = npm start (API + workers, one process) on port ${ports.service}; anchor = same Fastify front, Queue.add + waitUntilFinished, no-op worker process (concurrency ${config.CONCURRENCY_CORE}) on port ${ports.anchor}`);
+    w(
+      `service = npm start (API + workers, one process) on port ${ports.service}; anchor = same Fastify front, Queue.add + waitUntilFinished, no-op worker process (concurrency ${config.CONCURRENCY_CORE}) on port ${ports.anchor}`,
+    );
     w('bare = Queue.add + waitUntilFinished from the bench process, no HTTP, no-op worker process (second reference)');
     w(`${ROUNDS} rounds alternating service, anchor, bare; medians of the rounds (calls per run: ${LEVELS.map((l) => `${COUNT[l]} at ${l}`).join(', ')})`);
     w();
@@ -216,7 +223,11 @@ async function main() {
       const sv = med(series.service.get(level)!);
       const an = med(series.anchor.get(level)!);
       const ba = med(series.bare.get(level)!);
-      const rounds = (who: keyof typeof series) => series[who].get(level)!.map((x) => x.rps.toFixed(0)).join('/');
+      const rounds = (who: keyof typeof series) =>
+        series[who]
+          .get(level)!
+          .map((x) => x.rps.toFixed(0))
+          .join('/');
       w(`in flight ${String(level).padStart(2)}  service  ${fmt(sv)}   ratio to anchor ${(sv.rps / an.rps).toFixed(2)}   (rounds ${rounds('service')})`);
       w(`              anchor   ${fmt(an)}                        (rounds ${rounds('anchor')})`);
       w(`              bare     ${fmt(ba)}   service/bare ${(sv.rps / ba.rps).toFixed(2)}     (rounds ${rounds('bare')})`);
@@ -225,7 +236,9 @@ async function main() {
     w('CPU ms per call (user + system, all threads; service: its one process; anchor: server + worker; bare: bench process + worker), medians');
     for (const level of LEVELS) {
       const c = (who: keyof typeof cpuPerCall) => median(cpuPerCall[who].get(level)!);
-      w(`in flight ${String(level).padStart(2)}  service ${c('service').toFixed(3)}  anchor ${c('anchor').toFixed(3)}  bare ${c('bare').toFixed(3)}   service/anchor ${(c('service') / c('anchor')).toFixed(1)}x`);
+      w(
+        `in flight ${String(level).padStart(2)}  service ${c('service').toFixed(3)}  anchor ${c('anchor').toFixed(3)}  bare ${c('bare').toFixed(3)}   service/anchor ${(c('service') / c('anchor')).toFixed(1)}x`,
+      );
     }
     w();
     for (const level of LEVELS) w(`in flight ${String(level).padStart(2)}  service + worker process (one run)  ${fmt(splitStats.get(level)!)}`);
@@ -244,7 +257,9 @@ async function main() {
     w(`  ratio service/anchor at 50 in flight: ${ratio50.toFixed(2)} (goal >= 0.90; per round ${perRound})`);
     w(`  ratio service/bare baseline at 50 in flight: ${(median(sv50.map((x) => x.rps)) / bare50).toFixed(2)} (second reference)`);
     w(`  service p50 at 1 in flight: ${p50At1.toFixed(2)} ms (goal <= 5 ms); anchor ${median(series.anchor.get(1)!.map((x) => x.p50)).toFixed(2)} ms`);
-    w(`  chain of 3 (POST /) p50 at 1 in flight: ${proto.chainP50.toFixed(2)} ms against one call ${proto.singleP50.toFixed(2)} ms: ${(proto.chainP50 / proto.singleP50).toFixed(2)}x (goal <= 3x)`);
+    w(
+      `  chain of 3 (POST /) p50 at 1 in flight: ${proto.chainP50.toFixed(2)} ms against one call ${proto.singleP50.toFixed(2)} ms: ${(proto.chainP50 / proto.singleP50).toFixed(2)}x (goal <= 3x)`,
+    );
     w(
       `  service RSS before and after ${MEMORY_CALLS} calls at 50 in flight (${memRps.toFixed(0)} req/s): ${rssBefore.toFixed(0)} MiB -> ${rssAfter.toFixed(0)} MiB ` +
         `(${rssAfter - rssBefore >= 0 ? '+' : ''}${(rssAfter - rssBefore).toFixed(0)} MiB); every ${step}: ${rssSamples.map(([, r]) => r.toFixed(0)).join(' ')}`,
@@ -266,7 +281,9 @@ async function main() {
     }
     w();
     const load1 = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
-    w(`bench took ${((Date.now() - t0) / 1000).toFixed(0)} s; load average at start ${load0}, at end ${load1} (2 cores: above 2, other work shared the machine)`);
+    w(
+      `bench took ${((Date.now() - t0) / 1000).toFixed(0)} s; load average at start ${load0}, at end ${load1} (2 cores: above 2, other work shared the machine)`,
+    );
     process.stdout.write(out.join('\n') + '\n');
   } finally {
     for (const r of running) await r.stop().catch(() => {});

@@ -76,10 +76,7 @@ const first = await connect().catch((e) => {
   return undefined;
 });
 
-const server = new Server(
-  { name: 'tollgate', version },
-  { capabilities: { tools: {} }, instructions: first?.getInstructions() },
-);
+const server = new Server({ name: 'tollgate', version }, { capabilities: { tools: {} }, instructions: first?.getInstructions() });
 
 server.setRequestHandler(ListToolsRequestSchema, async (request) => (await connect()).listTools(request.params));
 

@@ -133,4 +133,6 @@ const subset = {
 };
 fs.writeFileSync(out, JSON.stringify(subset, null, 1) + '\n');
 const bytes = fs.statSync(out).size;
-process.stdout.write(`${out}: ${Object.keys(paths).length} paths, ${subset['x-tollgate-subset'].operations} operations, ${seen.size} components, ${leftOut.length} look-alike paths left out, ${bytes} bytes\n`);
+process.stdout.write(
+  `${out}: ${Object.keys(paths).length} paths, ${subset['x-tollgate-subset'].operations} operations, ${seen.size} components, ${leftOut.length} look-alike paths left out, ${bytes} bytes\n`,
+);

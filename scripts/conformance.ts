@@ -132,14 +132,13 @@ function report(results: ScenarioResult[]): boolean {
 
 /** Starts the API in this process on a loopback port with a fresh account, for the scenarios. */
 async function startLocalService(): Promise<{ url: string; apiKey: string; stop(): Promise<void> }> {
-  const [{ buildApp }, { checkServices, configOrDie, makeLogger, runMigrations }, { createContainer }, { AdminService }, { loadConfig }] =
-    await Promise.all([
-      import('../src/app.js'),
-      import('../src/bootstrap.js'),
-      import('../src/container.js'),
-      import('../src/ops/admin.js'),
-      import('../src/config.js'),
-    ]);
+  const [{ buildApp }, { checkServices, configOrDie, makeLogger, runMigrations }, { createContainer }, { AdminService }, { loadConfig }] = await Promise.all([
+    import('../src/app.js'),
+    import('../src/bootstrap.js'),
+    import('../src/container.js'),
+    import('../src/ops/admin.js'),
+    import('../src/config.js'),
+  ]);
   configOrDie(); // reports a bad environment the way the server does
   const prefix = `conformance${randomBytes(4).toString('hex')}`;
   // PUBLIC_BASE_URL would make the service's own origin something other than the loopback port
@@ -165,7 +164,6 @@ async function startLocalService(): Promise<{ url: string; apiKey: string; stop(
     },
   };
 }
-
 
 async function main(): Promise<number> {
   const args = process.argv.slice(2);

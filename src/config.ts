@@ -4,17 +4,19 @@ import { z } from 'zod';
 export const FAMILIES = ['core', 'web', 'llm', 'edge', 'text', 'math', 'media'] as const;
 export type Family = (typeof FAMILIES)[number];
 
-const bool = z
-  .enum(['true', 'false', '1', '0', 'yes', 'no'])
-  .transform((v) => v === 'true' || v === '1' || v === 'yes');
+const bool = z.enum(['true', 'false', '1', '0', 'yes', 'no']).transform((v) => v === 'true' || v === '1' || v === 'yes');
 
-const int = (def: number, min = 0, max = Number.MAX_SAFE_INTEGER) =>
-  z.coerce.number().int().min(min).max(max).default(def);
+const int = (def: number, min = 0, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max).default(def);
 
 const hostPortList = z
   .string()
   .default('')
-  .transform((s) => s.split(',').map((x) => x.trim().toLowerCase()).filter(Boolean))
+  .transform((s) =>
+    s
+      .split(',')
+      .map((x) => x.trim().toLowerCase())
+      .filter(Boolean),
+  )
   .pipe(z.array(z.string().regex(/^(\[[0-9a-f:.]+\]|[a-z0-9.-]+):\d{1,5}$/, 'expected host:port')));
 
 /** A Redis Cluster address: `redis+cluster://[user:password@]host:port,host:port` (rediss+cluster for TLS). */
@@ -23,7 +25,12 @@ const CLUSTER_URL = /^rediss?\+cluster:\/\/([^@/]*@)?[^@/,]+:\d{1,5}(,[^@/,]+:\d
 const csv = z
   .string()
   .default('')
-  .transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean));
+  .transform((s) =>
+    s
+      .split(',')
+      .map((x) => x.trim())
+      .filter(Boolean),
+  );
 
 const optionalUrl = z.preprocess((v) => (v === '' ? undefined : v), z.string().url().optional());
 
@@ -40,7 +47,12 @@ export const ConfigSchema = z
     PUBLIC_HOSTS: z
       .string()
       .default('')
-      .transform((s) => s.split(',').map((x) => x.trim().toLowerCase()).filter(Boolean))
+      .transform((s) =>
+        s
+          .split(',')
+          .map((x) => x.trim().toLowerCase())
+          .filter(Boolean),
+      )
       .pipe(z.array(z.string().regex(/^(\[[0-9a-f:.]+\]|[a-z0-9.-]+)(:\d{1,5})?$/, 'expected host or host:port'))),
     /** `embedded`: a redis-server from PATH with AOF, data under TOLLGATE_DATA_DIR (src/ops/embedded.ts). */
     REDIS_URL: z
@@ -60,7 +72,10 @@ export const ConfigSchema = z
     /** Where `embedded` Postgres and Redis keep their data, ports and logs (relative to the working directory). */
     TOLLGATE_DATA_DIR: z.string().default('.tollgate'),
     /** Prefix for every BullMQ and Tollgate key in Redis (tests use a fresh one each). */
-    REDIS_PREFIX: z.string().regex(/^[a-zA-Z0-9_:-]+$/).default('tollgate'),
+    REDIS_PREFIX: z
+      .string()
+      .regex(/^[a-zA-Z0-9_:-]+$/)
+      .default('tollgate'),
     WORKERS: z.enum(['inline', 'off']).default('inline'),
     CONCURRENCY_CORE: int(50, 1, 1000),
     CONCURRENCY_WEB: int(20, 1, 1000),
@@ -184,7 +199,12 @@ export const ConfigSchema = z
     CORS_ORIGINS: z
       .string()
       .default('*')
-      .transform((s) => s.split(',').map((x) => x.trim().replace(/\/+$/, '')).filter(Boolean))
+      .transform((s) =>
+        s
+          .split(',')
+          .map((x) => x.trim().replace(/\/+$/, ''))
+          .filter(Boolean),
+      )
       .pipe(z.array(z.string().regex(/^(\*|https?:\/\/[^/\s]+)$/, 'expected * or origins like https://app.example.com')).min(1)),
     // Language-model upstream (OpenAI-compatible chat completions).
     LLM_BASE_URL: optionalUrl,
@@ -256,10 +276,16 @@ export const ConfigSchema = z
     WEBHOOK_MAX_PENDING: int(100, 1, 1_000_000),
     // x402 pay-per-call.
     X402_ENABLED: bool.default('false'),
-    X402_PAY_TO: z.string().regex(/^0x[0-9a-fA-F]{40}$/).optional(),
+    X402_PAY_TO: z
+      .string()
+      .regex(/^0x[0-9a-fA-F]{40}$/)
+      .optional(),
     X402_NETWORK: z.enum(['base-sepolia', 'base']).default('base-sepolia'),
     X402_CHAIN_ID: z.coerce.number().int().positive().optional(),
-    X402_ASSET_ADDRESS: z.string().regex(/^0x[0-9a-fA-F]{40}$/).optional(),
+    X402_ASSET_ADDRESS: z
+      .string()
+      .regex(/^0x[0-9a-fA-F]{40}$/)
+      .optional(),
     X402_ASSET_NAME: z.string().optional(),
     X402_ASSET_VERSION: z.string().optional(),
     X402_MAX_TIMEOUT_SECONDS: int(60, 1, 3600),
@@ -273,7 +299,10 @@ export const ConfigSchema = z
     /** Self-settlement: a JSON-RPC endpoint of the chain X402_NETWORK names. */
     X402_RPC_URL: optionalUrl,
     /** Self-settlement: the key that submits transferWithAuthorization and pays its gas. Never logged. */
-    X402_SETTLER_PRIVATE_KEY: z.string().regex(/^0x[0-9a-fA-F]{64}$/, 'expected a 0x-prefixed 32-byte hex private key').optional(),
+    X402_SETTLER_PRIVATE_KEY: z
+      .string()
+      .regex(/^0x[0-9a-fA-F]{64}$/, 'expected a 0x-prefixed 32-byte hex private key')
+      .optional(),
     /** Self-settlement: blocks to wait after the transfer is mined before the result is released. */
     X402_CONFIRMATIONS: int(1, 1, 64),
     /** Self-settlement: how long to wait for those confirmations. */
@@ -315,7 +344,12 @@ const SETTLEMENT_CHOICES =
   'set X402_FACILITATOR_URL (an x402 facilitator), or X402_RPC_URL + X402_SETTLER_PRIVATE_KEY (settle on chain yourself), ' +
   'or X402_SETTLEMENT=deferred (no check of funds; an operator settles later)';
 
-function configuredModes(c: { X402_FACILITATOR_URL?: string; X402_RPC_URL?: string; X402_SETTLER_PRIVATE_KEY?: string; X402_SETTLEMENT?: X402Settlement }): X402Settlement[] {
+function configuredModes(c: {
+  X402_FACILITATOR_URL?: string;
+  X402_RPC_URL?: string;
+  X402_SETTLER_PRIVATE_KEY?: string;
+  X402_SETTLEMENT?: X402Settlement;
+}): X402Settlement[] {
   const modes: X402Settlement[] = [];
   if (c.X402_FACILITATOR_URL) modes.push('facilitator');
   if (c.X402_RPC_URL || c.X402_SETTLER_PRIVATE_KEY) modes.push('self');

@@ -50,7 +50,14 @@ export interface Container {
   /** This process's Prometheus registry and metrics (src/ops/metrics.ts). */
   metrics: Metrics;
   /** Present in processes that serve HTTP. */
-  api?: { dispatcher: CompletionDispatcher; auth: KeyAuthenticator; calls: CallService; limiter: RateLimiter; idempotency: Idempotency; payPerCall?: PayPerCall };
+  api?: {
+    dispatcher: CompletionDispatcher;
+    auth: KeyAuthenticator;
+    calls: CallService;
+    limiter: RateLimiter;
+    idempotency: Idempotency;
+    payPerCall?: PayPerCall;
+  };
   workers?: WorkerPool;
   /** Callback-Url checks, signing secrets, and the delivery queue (its worker runs where tool workers do). */
   webhooks?: Webhooks;
@@ -96,19 +103,42 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   const closers: Array<() => Promise<unknown>> = [];
   const slots = new InFlightSlots(redis, config, (ids) => queues.liveJobs(ids));
   const reconciler = new Reconciler({
-    redis, pool, prefix: config.REDIS_PREFIX, log, credits, slots,
+    redis,
+    pool,
+    prefix: config.REDIS_PREFIX,
+    log,
+    credits,
+    slots,
     liveJobs: (ids) => queues.liveJobs(ids),
     intervalSeconds: config.RECONCILE_SECONDS,
   });
 
   const c: Container = {
-    config, log, pool, redis, accounts, credits, sealer, queues, records, runner, settler, results, slots, reconciler, metrics,
+    config,
+    log,
+    pool,
+    redis,
+    accounts,
+    credits,
+    sealer,
+    queues,
+    records,
+    runner,
+    settler,
+    results,
+    slots,
+    reconciler,
+    metrics,
     close: async () => {
       for (const close of closers.reverse()) await close().catch((err) => log.warn({ err }, 'error while closing'));
       metrics.close();
     },
   };
-  closers.push(() => pool.end(), () => settlePool.end(), async () => redis.quit());
+  closers.push(
+    () => pool.end(),
+    () => settlePool.end(),
+    async () => redis.quit(),
+  );
   // Closed after the workers (closers run in reverse), so their last jobs still have threads.
   closers.push(() => sandbox.close());
   closers.push(() => queues.close());
@@ -150,24 +180,40 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     );
     // A job that failed outside its worker's hands (stalled too often: its process died twice)
     // gives back its hold and its slot here.
-    const dispatcher = new CompletionDispatcher(config, log, async (jobId) => {
-      const job = await queues.getJob(jobId);
-      if (!job) return;
-      const owner = slotOwner(job.data);
-      if (owner) await slots.release(owner, [jobId]);
-      if (job.data.accountId && job.data.priceCents > 0) await credits.release(job.data.accountId, [jobId]);
-      // Its failure is stored like any other (a job settled before it stalled keeps its completed outcome).
-      if (job.data.accountId && !job.data.payer) {
-        const d = job.data;
-        await settler.settle({
-          jobId, accountId: d.accountId!, keyId: d.keyId, tool: d.tool, status: 'failed', amount: 0, costCents: 0,
-          result: decodeFailure(job.failedReason).toJSON(), sandbox: d.sandbox, agentName: d.agentName, usage: null,
-          createdAt: job.timestamp, holdId: null, ...(d.callbackUrl ? { callbackUrl: d.callbackUrl } : {}),
-        });
-      }
-      // A failed job keeps its error, not the caller's input (as the worker does for the failures it handles).
-      await dropJobInput(job, log);
-    }, refs);
+    const dispatcher = new CompletionDispatcher(
+      config,
+      log,
+      async (jobId) => {
+        const job = await queues.getJob(jobId);
+        if (!job) return;
+        const owner = slotOwner(job.data);
+        if (owner) await slots.release(owner, [jobId]);
+        if (job.data.accountId && job.data.priceCents > 0) await credits.release(job.data.accountId, [jobId]);
+        // Its failure is stored like any other (a job settled before it stalled keeps its completed outcome).
+        if (job.data.accountId && !job.data.payer) {
+          const d = job.data;
+          await settler.settle({
+            jobId,
+            accountId: d.accountId!,
+            keyId: d.keyId,
+            tool: d.tool,
+            status: 'failed',
+            amount: 0,
+            costCents: 0,
+            result: decodeFailure(job.failedReason).toJSON(),
+            sandbox: d.sandbox,
+            agentName: d.agentName,
+            usage: null,
+            createdAt: job.timestamp,
+            holdId: null,
+            ...(d.callbackUrl ? { callbackUrl: d.callbackUrl } : {}),
+          });
+        }
+        // A failed job keeps its error, not the caller's input (as the worker does for the failures it handles).
+        await dropJobInput(job, log);
+      },
+      refs,
+    );
     await dispatcher.start();
     const auth = new KeyAuthenticator(accounts, config.KEY_CACHE_SECONDS * 1000, config.REDIS_PREFIX);
     const sub = connectRedis(config.REDIS_URL);

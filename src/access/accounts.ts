@@ -125,9 +125,10 @@ export class AccountsRepo {
       const inserted = await tx.maybeOneFirst(sql.type(z.object({ id: z.number() }))`
         INSERT INTO ledger (entry_key, account_id, kind, delta_cents) VALUES (${entryKey}, ${id}, 'topup', ${cents})
         ON CONFLICT (entry_key) DO NOTHING RETURNING id`);
-      const credits = inserted === null
-        ? await tx.maybeOneFirst(sql.type(z.object({ credits: z.number().int() }))`SELECT credits FROM accounts WHERE id = ${id}`)
-        : await tx.maybeOneFirst(sql.type(z.object({ credits: z.number().int() }))`
+      const credits =
+        inserted === null
+          ? await tx.maybeOneFirst(sql.type(z.object({ credits: z.number().int() }))`SELECT credits FROM accounts WHERE id = ${id}`)
+          : await tx.maybeOneFirst(sql.type(z.object({ credits: z.number().int() }))`
             UPDATE accounts SET credits = credits + ${cents} WHERE id = ${id} RETURNING credits`);
       if (credits === null) throw new AppError('not_found', `No account ${id}`);
       return credits;
@@ -227,10 +228,7 @@ export class AccountsRepo {
 
   /** Balance, plan and this month's use: the account's, or a sub-key's own use when given one. */
   async balanceView(accountId: string, subKeyId: string | null): Promise<{ credits: number; plan: Account['plan']; used_this_month: number }> {
-    const [account, used] = await Promise.all([
-      this.getAccount(accountId),
-      subKeyId ? this.keyUsedThisMonth(subKeyId) : this.accountUsedThisMonth(accountId),
-    ]);
+    const [account, used] = await Promise.all([this.getAccount(accountId), subKeyId ? this.keyUsedThisMonth(subKeyId) : this.accountUsedThisMonth(accountId)]);
     return { credits: account.credits, plan: account.plan, used_this_month: used };
   }
 
@@ -266,7 +264,7 @@ export class AccountsRepo {
     graceSeconds: number,
     rotatable: readonly KeyType[],
   ): Promise<
-    | { ok: true; old: KeyInfo; created: { key_id: string; api_key: string; display_prefix: string; created_at: string } ; hash: string }
+    | { ok: true; old: KeyInfo; created: { key_id: string; api_key: string; display_prefix: string; created_at: string }; hash: string }
     | { ok: false; state: 'missing' | 'not_rotatable' | 'revoked' | 'expired' | 'rotated'; type?: KeyType }
   > {
     return this.pool.transaction(async (tx) => {
@@ -318,7 +316,14 @@ export class AccountsRepo {
       const byTool = await tx.any(sql.type(Totals.extend({ tool: z.string().nullable() }))`
         SELECT tool, (-SUM(delta_cents))::bigint AS cents, count(*)::bigint AS calls
         FROM ledger WHERE ${inMonth} AND kind = 'charge' GROUP BY tool ORDER BY cents DESC, tool`);
-      const byKey = await tx.any(sql.type(Totals.extend({ key_id: z.string().nullable(), type: z.enum(KEY_TYPES).nullable(), name: z.string().nullable(), display_prefix: z.string().nullable() }))`
+      const byKey = await tx.any(sql.type(
+        Totals.extend({
+          key_id: z.string().nullable(),
+          type: z.enum(KEY_TYPES).nullable(),
+          name: z.string().nullable(),
+          display_prefix: z.string().nullable(),
+        }),
+      )`
         SELECT l.key_id, k.type, k.name, k.display_prefix, (-SUM(l.delta_cents))::bigint AS cents, count(*)::bigint AS calls
         FROM ledger l LEFT JOIN api_keys k ON k.id = l.key_id
         WHERE l.account_id = ${scope.accountId}
@@ -338,10 +343,7 @@ export class AccountsRepo {
   }
 
   /** Ledger lines newest first, keyset-paged by id (ids only grow, so pages never repeat a line). */
-  async ledgerEntries(
-    scope: UsageScope,
-    q: { beforeId: number | null; limit: number; tool?: string; keyId?: string; since?: string },
-  ): Promise<LedgerEntry[]> {
+  async ledgerEntries(scope: UsageScope, q: { beforeId: number | null; limit: number; tool?: string; keyId?: string; since?: string }): Promise<LedgerEntry[]> {
     const rows = await this.pool.any(sql.type(LedgerEntrySchema)`
       SELECT id, kind, tool, key_id, delta_cents, agent_name, entry_key, created_at FROM ledger
       WHERE account_id = ${scope.accountId}

@@ -52,10 +52,7 @@ export function callerFromRecord(r: KeyRecord): KeyCaller {
     maxInFlight: r.max_in_flight,
     sandbox: r.type === 'test',
     agentName: r.type === 'agent' ? (r.name ?? 'agent') : null,
-    subKey:
-      r.type === 'sub'
-        ? { keyId: r.key_id, monthlyLimitCents: r.monthly_limit_cents ?? 0, allowedTools: r.allowed_tools ?? [] }
-        : null,
+    subKey: r.type === 'sub' ? { keyId: r.key_id, monthlyLimitCents: r.monthly_limit_cents ?? 0, allowedTools: r.allowed_tools ?? [] } : null,
     inGrace: r.expires_at !== null,
     ownKeyIds: r.predecessors.length ? [r.key_id, ...r.predecessors] : [r.key_id],
   };

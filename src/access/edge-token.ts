@@ -18,13 +18,13 @@ export class EdgeTokenSealer {
 
   constructor(config: Config) {
     if (config.EDGE_TOKEN_KEY) {
-      const raw = /^[0-9a-fA-F]{64}$/.test(config.EDGE_TOKEN_KEY)
-        ? Buffer.from(config.EDGE_TOKEN_KEY, 'hex')
-        : Buffer.from(config.EDGE_TOKEN_KEY, 'base64');
+      const raw = /^[0-9a-fA-F]{64}$/.test(config.EDGE_TOKEN_KEY) ? Buffer.from(config.EDGE_TOKEN_KEY, 'hex') : Buffer.from(config.EDGE_TOKEN_KEY, 'base64');
       if (raw.length !== 32) throw new ConfigError('EDGE_TOKEN_KEY must be 32 bytes, as 64 hex characters or base64');
       this.key = raw;
     } else if (isProduction()) {
-      throw new ConfigError('EDGE_TOKEN_KEY is required in production: webhook secrets and edge tokens sealed under a random key of one process open in no other (`openssl rand -hex 32`)');
+      throw new ConfigError(
+        'EDGE_TOKEN_KEY is required in production: webhook secrets and edge tokens sealed under a random key of one process open in no other (`openssl rand -hex 32`)',
+      );
     } else {
       this.key = randomBytes(32);
     }

@@ -105,12 +105,16 @@ export function passportKey(config: Pick<Config, 'PASSPORT_KEY'>, log?: Pick<Log
   // Production never gets a key of one process (passports would not survive a restart): the entry points
   // refuse to start without PASSPORT_KEY (src/bootstrap.ts), and so does this, for any other way in.
   if (isProduction()) {
-    throw new ConfigError('PASSPORT_KEY is required in production: passports sealed under a random key of one process open in no other (`openssl rand -hex 32`)');
+    throw new ConfigError(
+      'PASSPORT_KEY is required in production: passports sealed under a random key of one process open in no other (`openssl rand -hex 32`)',
+    );
   }
   if (!processKey) processKey = randomBytes(32);
   if (!warned) {
     warned = true;
-    log?.warn('PASSPORT_KEY is not set: passports are encrypted under a random key of this process, so they do not survive a restart and other processes cannot read them');
+    log?.warn(
+      'PASSPORT_KEY is not set: passports are encrypted under a random key of this process, so they do not survive a restart and other processes cannot read them',
+    );
   }
   return processKey;
 }
@@ -281,7 +285,9 @@ export class PassportService {
    */
   private id(scope: PassportScope, prefix: string, bytes: number, purpose: string): string {
     if (!scope.callId) return newId(prefix, bytes);
-    const mac = createHmac('sha256', this.key()).update(`${this.namespace(scope)}|${scope.callId}|${purpose}`).digest();
+    const mac = createHmac('sha256', this.key())
+      .update(`${this.namespace(scope)}|${scope.callId}|${purpose}`)
+      .digest();
     return prefix + mac.subarray(0, bytes).toString('base64url');
   }
 
@@ -289,9 +295,18 @@ export class PassportService {
     const { meta, data } = this.prepare(scope, input);
     const ns = this.namespace(scope);
     const added = await this.redis.tgPassportAdd(
-      `${ns}:idx`, `${ns}:p:${meta.handle}`,
-      Date.parse(meta.created_at), Date.parse(meta.expires_at), this.deps.config.PASSPORTS_PER_ACCOUNT, meta.handle, `${ns}:p:`,
-      'hash', 'meta', this.sealMeta(ns, meta), 'data', data,
+      `${ns}:idx`,
+      `${ns}:p:${meta.handle}`,
+      Date.parse(meta.created_at),
+      Date.parse(meta.expires_at),
+      this.deps.config.PASSPORTS_PER_ACCOUNT,
+      meta.handle,
+      `${ns}:p:`,
+      'hash',
+      'meta',
+      this.sealMeta(ns, meta),
+      'data',
+      data,
     );
     if (added !== 1) {
       const cap = this.deps.config.PASSPORTS_PER_ACCOUNT;
@@ -312,7 +327,10 @@ export class PassportService {
     const plain = Buffer.from(content, 'utf8');
     const max = this.deps.config.PASSPORT_MAX_BYTES;
     if (plain.length > max) {
-      throw new AppError('limit_exceeded', `content is ${plain.length} bytes of UTF-8; a passport holds at most ${max}`, { limit: 'passport_bytes', limit_value: max });
+      throw new AppError('limit_exceeded', `content is ${plain.length} bytes of UTF-8; a passport holds at most ${max}`, {
+        limit: 'passport_bytes',
+        limit_value: max,
+      });
     }
     const label = input.label ?? null;
     if (label !== null && (typeof label !== 'string' || label.length > PASSPORT_LABEL_MAX)) {
@@ -382,7 +400,10 @@ export class PassportService {
     const plain = meta ? openSealed(this.key(), data, `${ns}|${handle}|data`) : null;
     if (!meta || !plain) {
       // Stored under another PASSPORT_KEY (a restart without one, or a rotated key): unreadable here.
-      throw new AppError('not_found', `Passport ${handle} cannot be read with this service's PASSPORT_KEY (stored under another key, or by another process without one)`);
+      throw new AppError(
+        'not_found',
+        `Passport ${handle} cannot be read with this service's PASSPORT_KEY (stored under another key, or by another process without one)`,
+      );
     }
     const sha256 = createHash('sha256').update(plain).digest('hex');
     if (sha256 !== meta.sha256) throw new AppError('internal_error', `Passport ${handle} failed its integrity check`);
@@ -443,12 +464,8 @@ export class PassportService {
   private async page(set: string, opts: PageOpts | undefined): Promise<{ handles: string[]; total: number; next: string | null }> {
     const { offset, limit } = pageOf(opts);
     const now = this.now();
-    const [, countRow, rangeRow] = (await this.redis
-      .multi()
-      .zremrangebyscore(set, '-inf', now)
-      .zcard(set)
-      .zrangebyscore(set, `(${now}`, '+inf', 'LIMIT', offset, limit)
-      .exec()) ?? [];
+    const [, countRow, rangeRow] =
+      (await this.redis.multi().zremrangebyscore(set, '-inf', now).zcard(set).zrangebyscore(set, `(${now}`, '+inf', 'LIMIT', offset, limit).exec()) ?? [];
     const total = Number(countRow?.[1] ?? 0);
     const handles = (rangeRow?.[1] as string[] | undefined) ?? [];
     return { handles, total, next: offset + handles.length < total && handles.length === limit ? String(offset + limit) : null };
@@ -464,7 +481,9 @@ export class PassportService {
     const { handles: ids, total, next } = await this.page(set, opts);
     if (!ids.length) return { deliveries: [], total, next_cursor: next };
     const records = await this.redis.mget(...ids.map((d) => `${ns}:d:${d}`));
-    const parsed = records.map((r) => (r ? (JSON.parse(r) as { delivery_id: string; handle: string; from_key_id: string | null; sent_at: string; expires_at: string }) : null));
+    const parsed = records.map((r) =>
+      r ? (JSON.parse(r) as { delivery_id: string; handle: string; from_key_id: string | null; sent_at: string; expires_at: string }) : null,
+    );
     const pipe = this.redis.pipeline();
     for (const r of parsed) pipe.hgetBuffer(`${ns}:p:${r?.handle ?? 'none'}`, 'meta');
     const metas = (await pipe.exec()) ?? [];
@@ -550,9 +569,27 @@ export class PassportService {
     const result: SendResult = { delivery_id: deliveryId, handle, to_key_id: toKeyId, expires_at: iso(expiresMs) };
     // Sandbox keys: checked like a real send, but nothing is stored or delivered.
     if (scope.sandbox) return { ...result, dry_run: true };
-    const record = JSON.stringify({ delivery_id: deliveryId, handle, from_key_id: scope.callerKeyId, to_key_id: toKeyId, sent_at: iso(now), expires_at: iso(expiresMs) });
+    const record = JSON.stringify({
+      delivery_id: deliveryId,
+      handle,
+      from_key_id: scope.callerKeyId,
+      to_key_id: toKeyId,
+      sent_at: iso(now),
+      expires_at: iso(expiresMs),
+    });
     const cap = this.deps.config.PASSPORTS_PER_ACCOUNT;
-    const added = await this.redis.tgPassportAdd(`${ns}:inbox:${toKeyId}`, `${ns}:d:${deliveryId}`, now, expiresMs, cap, deliveryId, `${ns}:d:`, 'string', '', record);
+    const added = await this.redis.tgPassportAdd(
+      `${ns}:inbox:${toKeyId}`,
+      `${ns}:d:${deliveryId}`,
+      now,
+      expiresMs,
+      cap,
+      deliveryId,
+      `${ns}:d:`,
+      'string',
+      '',
+      record,
+    );
     if (added !== 1) {
       if (created) await this.delete(scope, handle).catch(() => undefined);
       throw new AppError('limit_exceeded', `The recipient's inbox already holds ${cap} deliveries`, { limit: 'passport_inbox', limit_value: cap });
@@ -619,10 +656,7 @@ export function predecessorsFrom(accounts: KeyLister): PredecessorResolver {
 }
 
 /** ctx.passports for one call (the runner builds it when the call has an account and Redis is there). */
-export function passportsFor(
-  deps: { redis: Redis; config: Config; accounts: KeyLister; log?: Pick<Logger, 'warn'> },
-  scope: PassportScope,
-): PassportApi {
+export function passportsFor(deps: { redis: Redis; config: Config; accounts: KeyLister; log?: Pick<Logger, 'warn'> }, scope: PassportScope): PassportApi {
   return new PassportService({
     redis: deps.redis,
     config: deps.config,

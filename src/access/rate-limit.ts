@@ -128,9 +128,14 @@ export class RateLimiter {
     const state = { limit, remaining: Math.max(0, remaining), resetSeconds: Math.max(admitted ? 0 : 1, Math.ceil(resetMs / 1000)) };
     if (!admitted) {
       const what = weight > 1 ? `reached for these ${weight} requests` : 'reached';
-      throw new AppError('rate_limited', `Rate limit of ${limit} requests per minute ${what}; retry in ${state.resetSeconds} s`, { retry_after: state.resetSeconds, limit }, {
-        headers: { 'retry-after': String(state.resetSeconds), ...rateLimitHeaders(state) },
-      });
+      throw new AppError(
+        'rate_limited',
+        `Rate limit of ${limit} requests per minute ${what}; retry in ${state.resetSeconds} s`,
+        { retry_after: state.resetSeconds, limit },
+        {
+          headers: { 'retry-after': String(state.resetSeconds), ...rateLimitHeaders(state) },
+        },
+      );
     }
     return state;
   }

@@ -69,7 +69,8 @@ export class JobCanceller {
       if (stored.status === 'cancelled') return { status: 200, body: { job_id: jobId, status: 'cancelled', cancelled: true } };
       throw finished(jobId, stored);
     }
-    if (view) throw finished(jobId, { status: view.state === 'completed' ? 'completed' : 'failed', costCents: view.state === 'completed' ? view.value.cost_cents : 0 });
+    if (view)
+      throw finished(jobId, { status: view.state === 'completed' ? 'completed' : 'failed', costCents: view.state === 'completed' ? view.value.cost_cents : 0 });
     const rec = await this.deps.records.get(jobId).catch(() => null);
     if (rec && ownsJob(caller, rec.keyId)) {
       if (rec.error?.code === 'cancelled') return { status: 200, body: { job_id: jobId, status: 'cancelled', cancelled: true } };
@@ -110,7 +111,12 @@ export class JobCanceller {
     // The whole tree goes at once when no step is running (a parallel request's root too); otherwise
     // each waiting step on its own, and a running one is ended by its worker (a chain's later steps fail with it).
     const root = await this.deps.queues.getJob(flow.rootId);
-    const treeGone = root ? await root.remove().then(() => true, () => false) : true;
+    const treeGone = root
+      ? await root.remove().then(
+          () => true,
+          () => false,
+        )
+      : true;
     for (const c of cancelled) {
       if (!treeGone) await this.removeWaiting(c.jobId);
       if (!(await this.deps.queues.getJob(c.jobId))) await this.gone(c.jobId, c.data);
@@ -188,11 +194,15 @@ export class JobCanceller {
 
 function finished(jobId: string, out: Pick<StoredResult, 'status' | 'costCents'>): AppError {
   const charged = out.status === 'completed' ? out.costCents : 0;
-  return new AppError('job_finished', `Job ${jobId} already ${out.status === 'completed' ? 'completed' : 'failed'}; nothing was cancelled (GET /jobs/${jobId} has its outcome)`, {
-    job_id: jobId,
-    status: out.status === 'completed' ? 'completed' : 'failed',
-    cost_cents: charged,
-  });
+  return new AppError(
+    'job_finished',
+    `Job ${jobId} already ${out.status === 'completed' ? 'completed' : 'failed'}; nothing was cancelled (GET /jobs/${jobId} has its outcome)`,
+    {
+      job_id: jobId,
+      status: out.status === 'completed' ? 'completed' : 'failed',
+      cost_cents: charged,
+    },
+  );
 }
 
 /** One canceller per container (the routes share it). */
@@ -211,7 +221,18 @@ export function cancellerFor(c: {
   let j = byContainer.get(c);
   if (!j) {
     const prefix = c.config.REDIS_PREFIX;
-    j = new JobCanceller({ prefix, pool: c.pool, redis: c.redis, queues: c.queues, records: c.records, flows: new FlowRecords(c.redis, prefix), credits: c.credits, slots: c.slots, results: c.results, log: c.log });
+    j = new JobCanceller({
+      prefix,
+      pool: c.pool,
+      redis: c.redis,
+      queues: c.queues,
+      records: c.records,
+      flows: new FlowRecords(c.redis, prefix),
+      credits: c.credits,
+      slots: c.slots,
+      results: c.results,
+      log: c.log,
+    });
     byContainer.set(c, j);
   }
   return j;

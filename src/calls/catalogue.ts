@@ -22,11 +22,13 @@ export const ENDPOINTS: Record<string, string> = {
   'POST /tools/{name}': 'Run a tool (JSON body = the tool input); Prefer: respond-async for a 202; Accept: text/event-stream for Server-Sent Events',
   'GET /jobs': "The key's recent calls, newest first (limit, cursor, since, tool, status)",
   'GET /jobs/{id}': 'Status and result of a call, chain or parallel request (same key only)',
-  'DELETE /jobs/{id}': 'Cancel a queued or running call, chain or parallel request (same key only): not charged unless it had already settled (then 409 job_finished)',
+  'DELETE /jobs/{id}':
+    'Cancel a queued or running call, chain or parallel request (same key only): not charged unless it had already settled (then 409 job_finished)',
   'GET /jobs/{id}/events': 'Server-Sent Events of a job: stored events replayed, then live ones until its result (same key only; Last-Event-ID resumes)',
   'POST /': 'Root protocol: {chain, q}, {parallel, q}, {m, q} or {stream: true, m, q} (see protocol below)',
   'GET /balance': 'Credits, plan and this month\u2019s use',
-  'GET /webhooks/secret': 'The account\u2019s webhook signing secret (created on first use; production key only). Callback-Url on a call gets its outcome POSTed, signed, when it ends',
+  'GET /webhooks/secret':
+    'The account\u2019s webhook signing secret (created on first use; production key only). Callback-Url on a call gets its outcome POSTed, signed, when it ends',
   'POST /webhooks/secret': 'Roll the webhook signing secret (production key only)',
   'POST /credits/topup': 'Buy credits with an x402 payment: 402 with the exact amount, then settled and credited once',
   'GET /subscribe': 'Plans and how to sign up, with a partner\u2019s attribution_code (HTML, or JSON on Accept: application/json)',
@@ -35,12 +37,15 @@ export const ENDPOINTS: Record<string, string> = {
   'GET /subkeys': "The account's sub-keys with this month's use (enterprise)",
   'POST /subkeys/create': 'Create a sub-key with a monthly limit and allowed tools (enterprise)',
   'DELETE /subkeys/{key_id}': 'Revoke a sub-key at once',
-  'GET /usage': "A month's charges (UTC, ?month=YYYY-MM) by tool, key and day, its top-ups and balance moves, all from the ledger (a sub-key or sandbox key: its own lines only)",
+  'GET /usage':
+    "A month's charges (UTC, ?month=YYYY-MM) by tool, key and day, its top-ups and balance moves, all from the ledger (a sub-key or sandbox key: its own lines only)",
   'GET /usage/entries': 'Ledger lines, newest first (limit, cursor, tool, key_id, since)',
   'GET /keys': "The account's keys without secrets (production key only)",
-  'POST /keys/{key_id}/rotate': 'Replace a key with a new one of the same type (shown once); the old one works KEY_ROTATION_GRACE_SECONDS more, for tool calls and its own jobs only',
+  'POST /keys/{key_id}/rotate':
+    'Replace a key with a new one of the same type (shown once); the old one works KEY_ROTATION_GRACE_SECONDS more, for tool calls and its own jobs only',
   'DELETE /keys/{key_id}': 'Revoke a key of the account at once (a rotated key in its grace included); production key only',
-  'POST /mcp': 'Model Context Protocol (Streamable HTTP, stateless): tools/list shows what your key may call, tools/call runs and charges like POST /tools/{name}',
+  'POST /mcp':
+    'Model Context Protocol (Streamable HTTP, stateless): tools/list shows what your key may call, tools/call runs and charges like POST /tools/{name}',
   'GET /v1/models': 'OpenAI-compatible model list: svc-genius, svc-hints, svc-roast (those your plan may call)',
   'GET /v1/models/{model}': 'One model (403 plan_required above your plan)',
   'POST /v1/chat/completions': 'OpenAI-compatible chat completions (stream: true for SSE); each svc-* model runs the tool of the same name at its price',
@@ -144,7 +149,13 @@ export function manifest(base: string) {
     tiers: Object.fromEntries(
       PLANS.map((plan) => [
         plan,
-        byTier[plan].map((t) => ({ name: t.name, cost: dollars(t.priceCents), price_cents: t.priceCents, family: t.family, endpoint: `POST /tools/${t.name}` })),
+        byTier[plan].map((t) => ({
+          name: t.name,
+          cost: dollars(t.priceCents),
+          price_cents: t.priceCents,
+          family: t.family,
+          endpoint: `POST /tools/${t.name}`,
+        })),
       ]),
     ),
   };

@@ -142,7 +142,9 @@ export class Idempotency {
   }
 
   static fingerprint(method: string, path: string, body: unknown): string {
-    return createHash('sha256').update(`${method} ${path}\n${JSON.stringify(body ?? null)}`).digest('hex');
+    return createHash('sha256')
+      .update(`${method} ${path}\n${JSON.stringify(body ?? null)}`)
+      .digest('hex');
   }
 
   private key(scope: string, idemKey: string) {
@@ -179,12 +181,18 @@ export class Idempotency {
         throw new AppError('idempotency_key_reused', 'This Idempotency-Key was used with a different request body; use a new key for a new request');
       }
       if (entry.state === 'running' || !entry.response) {
-        throw new AppError('idempotency_in_progress', 'A request with this Idempotency-Key is still running; retry shortly', { retry_after: 1 }, { headers: { 'retry-after': '1' } });
+        throw new AppError(
+          'idempotency_in_progress',
+          'A request with this Idempotency-Key is still running; retry shortly',
+          { retry_after: 1 },
+          { headers: { 'retry-after': '1' } },
+        );
       }
       if ('ref' in entry.response) {
         const { ref, ...kept } = entry.response;
         const answer = recover ? await recover([ref]) : null;
-        if (!answer || answer.status !== kept.status) throw new AppError('not_found', `The answer of this request (job ${ref}) is no longer stored`, { job_id: ref });
+        if (!answer || answer.status !== kept.status)
+          throw new AppError('not_found', `The answer of this request (job ${ref}) is no longer stored`, { job_id: ref });
         return { ...kept, body: answer.body, replayed: true };
       }
       return { ...entry.response, replayed: true };

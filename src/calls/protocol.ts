@@ -35,13 +35,15 @@ const toolName = z.string().min(1).max(200);
 const common = {
   q: z
     .string({ required_error: "q is required: the input that fills each tool's q field", invalid_type_error: 'q must be a string' })
-    .describe("The input. It fills the field each tool declares as its q field (GET /tools/{name} shows `q_field`)."),
+    .describe('The input. It fills the field each tool declares as its q field (GET /tools/{name} shows `q_field`).'),
   stream: z.boolean().optional().describe('true: answer with Server-Sent Events (queued, progress, result or error) instead of one JSON body'),
   edge_token: z.string().optional().describe('Edge-network API token for cf_* tools, if the X-Edge-Token header cannot be sent'),
   callback_url: z
     .string()
     .optional()
-    .describe('https URL that gets the signed outcome when the job ends (like the Callback-Url header); for chain and parallel, when the whole request has ended'),
+    .describe(
+      'https URL that gets the signed outcome when the job ends (like the Callback-Url header); for chain and parallel, when the whole request has ended',
+    ),
 };
 const toolList = (mode: FlowMode) =>
   z
@@ -75,7 +77,7 @@ export const PROTOCOL_MODES = {
     example: { stream: true, m: 'compute', q: '2 * (3 + 4)' },
   },
   direct: {
-    description: "POST / running one tool with q in its q field; answers like POST /tools/{m}",
+    description: 'POST / running one tool with q in its q field; answers like POST /tools/{m}',
     example: { m: 'compute', q: '2 * (3 + 4)' },
   },
 };
@@ -222,7 +224,13 @@ export class ProtocolService {
             dispatcher.subscribe(s.jobId, (e) => {
               if (e.type === 'progress') return;
               seen.set(e.jobId, e.type === 'completed' ? { state: 'completed', value: e.value } : { state: 'failed', error: e.error });
-              if (flowDone(f, f.steps.map((x) => seen.get(x.jobId)))) finished();
+              if (
+                flowDone(
+                  f,
+                  f.steps.map((x) => seen.get(x.jobId)),
+                )
+              )
+                finished();
             }),
           );
         }
@@ -230,7 +238,13 @@ export class ProtocolService {
       if (opts.respondAsync) return accepted(flow.rootId);
       timer = setTimeout(finished, config.SYNC_TIMEOUT_MS);
       await done;
-      if (!flowDone(flow, flow.steps.map((s) => seen.get(s.jobId)))) return accepted(flow.rootId);
+      if (
+        !flowDone(
+          flow,
+          flow.steps.map((s) => seen.get(s.jobId)),
+        )
+      )
+        return accepted(flow.rootId);
       const outcomes = await Promise.all(flow.steps.map((s) => seen.get(s.jobId) ?? this.readStep(s.jobId)));
       const final = await this.flowFinal(flow, outcomes);
       if (caller.kind === 'payer') {
@@ -266,9 +280,7 @@ export class ProtocolService {
       return { kind: 'flow', flow };
     }
     const view = await this.deps.queues.view(jobId).catch(() => null);
-    const owner = view
-      ? view.data.keyId
-      : ((await this.deps.records.raw(jobId))?.keyId ?? (await this.deps.results?.get(jobId))?.keyId ?? null);
+    const owner = view ? view.data.keyId : ((await this.deps.records.raw(jobId))?.keyId ?? (await this.deps.results?.get(jobId))?.keyId ?? null);
     if (!ownsJob(caller, owner)) throw notFound;
     return { kind: 'job', jobId, logId: view?.data.eventLog ?? jobId };
   }
@@ -341,9 +353,13 @@ export class ProtocolService {
     return tools.map((tool, i) => {
       if (mode === 'parallel' || i === 0) return calls.prepare(tool, qInput(tool, q), edgeToken);
       if (tool.needsEdgeToken && !edgeToken) {
-        throw new AppError('invalid_input', `${tool.name} (chain step ${i + 1}) needs your Cloudflare API token: send it in the X-Edge-Token header (or as edge_token in the body)`, {
-          issues: [{ path: ['X-Edge-Token'], message: 'required' }],
-        });
+        throw new AppError(
+          'invalid_input',
+          `${tool.name} (chain step ${i + 1}) needs your Cloudflare API token: send it in the X-Edge-Token header (or as edge_token in the body)`,
+          {
+            issues: [{ path: ['X-Edge-Token'], message: 'required' }],
+          },
+        );
       }
       return {};
     });
@@ -474,7 +490,11 @@ export class ProtocolService {
     if (k < 0) return { ok: true, body: { steps, result: last!.result, cost_cents: cost, remaining_credits: remaining, ...sandbox } };
 
     // The failing step's worker gave back its own hold and those after it; this covers a worker that died.
-    if (flow.accountId) await this.deps.credits.release(flow.accountId, flow.steps.slice(k).map((s) => s.jobId));
+    if (flow.accountId)
+      await this.deps.credits.release(
+        flow.accountId,
+        flow.steps.slice(k).map((s) => s.jobId),
+      );
     const failed = flow.steps[k]!;
     const o = outcomes[k]!;
     const err = o.state === 'failed' ? o.error : lostOutcome(failed.tool);

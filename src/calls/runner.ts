@@ -155,7 +155,14 @@ export class ToolRunner {
           ...(this.deps.redis && accountId
             ? { store: accountStore(this.deps.redis, this.deps.config.REDIS_PREFIX, { accountId, sandbox: data.sandbox, tool: tool.name }) }
             : {}),
-          ...(this.deps.redis && accountId ? { passports: passportsFor({ redis: this.deps.redis, config, accounts: this.deps.accounts, log }, { accountId, callerKeyId: data.keyId, sandbox: data.sandbox, callId: job.id, ownOnly: data.subKeyId !== null }) } : {}),
+          ...(this.deps.redis && accountId
+            ? {
+                passports: passportsFor(
+                  { redis: this.deps.redis, config, accounts: this.deps.accounts, log },
+                  { accountId, callerKeyId: data.keyId, sandbox: data.sandbox, callId: job.id, ownOnly: data.subKeyId !== null },
+                ),
+              }
+            : {}),
           recordUsage,
           isolate: (task, payload) => sandbox.runTask(task, payload, { ...sandboxCall, label: `${tool.name}/${task}` }),
         };
@@ -268,9 +275,9 @@ export class ToolRunner {
     const jobId = job.id;
     // A run that settled and then died before its webhook was queued: queued now (once; deliveries are keyed by job id).
     if (data.callbackUrl && data.accountId) {
-      await this.deps.settler.onEnded?.([{ jobId, accountId: data.accountId, callbackUrl: data.callbackUrl }]).catch((err: Error) =>
-        this.deps.log.warn({ err: err.message, job: jobId }, 'queueing a webhook delivery failed'),
-      );
+      await this.deps.settler
+        .onEnded?.([{ jobId, accountId: data.accountId, callbackUrl: data.callbackUrl }])
+        .catch((err: Error) => this.deps.log.warn({ err: err.message, job: jobId }, 'queueing a webhook delivery failed'));
     }
     // Failed, or cancelled (DELETE /jobs/{id} won before this run settled): not charged, final.
     if (prior.status !== 'completed') {

@@ -235,9 +235,7 @@ type Liveness = (ids: string[]) => Promise<boolean[]>;
  * within FRESH_MS, still counts; the others are dropped.
  */
 export class PendingDeliveries {
-  constructor(
-    private readonly deps: { redis: Redis; config: Pick<Config, 'REDIS_PREFIX' | 'WEBHOOK_MAX_PENDING'>; live: Liveness; now?: () => number },
-  ) {}
+  constructor(private readonly deps: { redis: Redis; config: Pick<Config, 'REDIS_PREFIX' | 'WEBHOOK_MAX_PENDING'>; live: Liveness; now?: () => number }) {}
 
   private now(): number {
     return this.deps.now?.() ?? Date.now();
@@ -357,9 +355,7 @@ export class Webhooks {
   readonly pending: PendingDeliveries;
   readonly resolver: DnsResolver;
 
-  constructor(
-    private readonly deps: { config: Config; log: Logger; pool: DatabasePool; redis: Redis; sealer: EdgeTokenSealer; results: ResultsStore },
-  ) {
+  constructor(private readonly deps: { config: Config; log: Logger; pool: DatabasePool; redis: Redis; sealer: EdgeTokenSealer; results: ResultsStore }) {
     this.queue = new Queue<DeliveryData>(WEBHOOK_QUEUE, { connection: deps.redis, prefix: queuePrefix(deps.config.REDIS_PREFIX) });
     this.watchQueue = new Queue<WatchData>(WEBHOOK_WATCH_QUEUE, { connection: deps.redis, prefix: queuePrefix(deps.config.REDIS_PREFIX) });
     this.secrets = new WebhookSecrets(deps.pool, deps.sealer);
@@ -587,7 +583,10 @@ export class Webhooks {
       await peek(res.body);
       if (status < 200 || status > 299) throw new DeliveryFailed(`the receiver answered ${status}`);
     } catch (e) {
-      error = e instanceof DeliveryFailed || isAppError(e) ? e.message : `request failed: ${(e as Error).name === 'TimeoutError' ? 'timed out' : withoutAddresses((e as Error).message)}`;
+      error =
+        e instanceof DeliveryFailed || isAppError(e)
+          ? e.message
+          : `request failed: ${(e as Error).name === 'TimeoutError' ? 'timed out' : withoutAddresses((e as Error).message)}`;
     } finally {
       await agent.close().catch(() => {});
     }

@@ -186,7 +186,8 @@ export class WorkerPool {
     const labels = { tool: job.data.tool, family: findTool(job.data.tool)?.family ?? 'unknown' };
     const started = performance.now();
     this.running.set(job.id!, abort);
-    if (m && job.attemptsMade === 0 && job.processedOn) m.queueWaitSeconds.observe({ family: labels.family }, Math.max(0, job.processedOn - job.timestamp) / 1000);
+    if (m && job.attemptsMade === 0 && job.processedOn)
+      m.queueWaitSeconds.observe({ family: labels.family }, Math.max(0, job.processedOn - job.timestamp) / 1000);
     // A call's outcome is counted once: when it succeeds or fails for good (not a failure to be retried).
     const finished = (outcome: string) => {
       m?.toolRunSeconds.observe(labels, (performance.now() - started) / 1000);
@@ -214,7 +215,7 @@ export class WorkerPool {
           const [key, first] = Object.entries(values)[0] ?? [];
           if (!isResultRef(first)) return first?.result;
           // The previous step's answer was large: job_results (or its record) holds it. Keys read `<prefix>:<queue>:<id>`.
-          if (!this.deps.refs) throw new Error('a chain step needs refs to read the previous step\'s stored answer');
+          if (!this.deps.refs) throw new Error("a chain step needs refs to read the previous step's stored answer");
           return (await this.deps.refs.resolve(key!.slice(key!.lastIndexOf(':') + 1), first)).result;
         },
       };

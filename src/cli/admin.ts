@@ -98,7 +98,12 @@ async function main(): Promise<unknown> {
   const redis = connectRedis(config.REDIS_URL);
   const accounts = new AccountsRepo(pool);
   const admin = new AdminService({
-    accounts, credits: new CreditReservations(redis, config.REDIS_PREFIX, accounts), redis, prefix: config.REDIS_PREFIX, pool, sharePct: config.PARTNER_SHARE_PCT,
+    accounts,
+    credits: new CreditReservations(redis, config.REDIS_PREFIX, accounts),
+    redis,
+    prefix: config.REDIS_PREFIX,
+    pool,
+    sharePct: config.PARTNER_SHARE_PCT,
   });
   const flags = (schema: z.ZodRawShape) => parseOrThrow(z.object(schema), values, `${command}`);
   try {
@@ -119,7 +124,10 @@ async function main(): Promise<unknown> {
           account: uuid,
           plan: plan.optional(),
           rpm: z.coerce.number().int().positive().optional(),
-          elite: z.enum(['true', 'false']).transform((v) => v === 'true').optional(),
+          elite: z
+            .enum(['true', 'false'])
+            .transform((v) => v === 'true')
+            .optional(),
           'max-in-flight': z.coerce.number().int().positive().optional(),
         });
         return await admin.setAccount(f.account, { plan: f.plan, rpm: f.rpm, elite: f.elite, maxInFlight: f['max-in-flight'] });
@@ -156,7 +164,10 @@ async function main(): Promise<unknown> {
       case 'payments settle':
         return await settleAwaitingPayments(pool, await collector(config));
       case 'payments mark-settled': {
-        const f = flags({ id: uuid, tx: z.string({ required_error: 'is required' }).regex(/^0x[0-9a-fA-F]{64}$/, 'must be a 0x-prefixed 32-byte transaction hash') });
+        const f = flags({
+          id: uuid,
+          tx: z.string({ required_error: 'is required' }).regex(/^0x[0-9a-fA-F]{64}$/, 'must be a 0x-prefixed 32-byte transaction hash'),
+        });
         if (!(await markSettled(pool, f.id, f.tx.toLowerCase()))) throw paymentNotOpen(f.id);
         return { id: f.id, status: 'settled', tx_hash: f.tx.toLowerCase() };
       }
@@ -199,15 +210,17 @@ function paymentNotOpen(id: string): AppError {
 }
 
 // Embedded Postgres/Redis this command started (none when the service already runs them) stop first.
-main().finally(() => stopEmbedded()).then(
-  (out) => {
-    // A string is already the output (payments export: JSON lines).
-    process.stdout.write(typeof out === 'string' ? out : JSON.stringify(out) + '\n');
-    process.exit(0);
-  },
-  (e) => {
-    const err = isAppError(e) ? e : new AppError('internal_error', (e as Error).message);
-    process.stderr.write(JSON.stringify({ error: { code: err.code, message: err.message, ...err.details } }) + '\n');
-    process.exit(1);
-  },
-);
+main()
+  .finally(() => stopEmbedded())
+  .then(
+    (out) => {
+      // A string is already the output (payments export: JSON lines).
+      process.stdout.write(typeof out === 'string' ? out : JSON.stringify(out) + '\n');
+      process.exit(0);
+    },
+    (e) => {
+      const err = isAppError(e) ? e : new AppError('internal_error', (e as Error).message);
+      process.stderr.write(JSON.stringify({ error: { code: err.code, message: err.message, ...err.details } }) + '\n');
+      process.exit(1);
+    },
+  );

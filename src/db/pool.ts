@@ -2,15 +2,7 @@
  * db/: Postgres. The pool (this file), migrations and the text guard for what Postgres refuses. The
  * statements live with the rooms that own their tables.
  */
-import {
-  createPool,
-  createTypeParserPreset,
-  SchemaValidationError,
-  sql,
-  type DatabasePool,
-  type Interceptor,
-  type QueryResultRow,
-} from 'slonik';
+import { createPool, createTypeParserPreset, SchemaValidationError, sql, type DatabasePool, type Interceptor, type QueryResultRow } from 'slonik';
 
 export { sql };
 export type { DatabasePool };

@@ -33,9 +33,7 @@ const ContentPartSchema = z
 
 const MessageSchema = z
   .object({
-    role: z
-      .enum(['system', 'developer', 'user', 'assistant', 'tool', 'function'])
-      .describe('Author of the message. The last message must be the user\u2019s.'),
+    role: z.enum(['system', 'developer', 'user', 'assistant', 'tool', 'function']).describe('Author of the message. The last message must be the user\u2019s.'),
     content: z
       .union([z.string(), z.array(ContentPartSchema), z.null()])
       .optional()
@@ -126,9 +124,13 @@ function asChatError(e: unknown, tool: AnyTool, body: ChatCompletionRequest): un
   const issues = e.details.issues as Array<{ path?: unknown[] }> | undefined;
   const field = issues?.[0]?.path?.[0];
   const param =
-    field === 'max_tokens' ? (body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens')
-    : field === tool.qField || field === 'context' ? 'messages'
-    : undefined;
+    field === 'max_tokens'
+      ? body.max_completion_tokens != null
+        ? 'max_completion_tokens'
+        : 'max_tokens'
+      : field === tool.qField || field === 'context'
+        ? 'messages'
+        : undefined;
   return param ? new AppError(e.code, e.message, { ...e.details, param }) : e;
 }
 
@@ -407,7 +409,7 @@ export async function openAiRoutes(app: FastifyInstance): Promise<void> {
         description:
           'Each svc-* model runs the language-model tool of the same name, charged at its price like POST /tools/{name}; the answer waits as long as the client does. ' +
           'With an Idempotency-Key (non-streaming only: with stream: true it is 400) a retry with the same key and body gets the first completion again and runs nothing. ' +
-          'Errors are in OpenAI\'s shape, with the service\'s own `code` and status.',
+          "Errors are in OpenAI's shape, with the service's own `code` and status.",
         parameters: ['Idempotency-Key'],
         body: ChatCompletionRequestSchema,
         bodyExamples: Object.fromEntries(CHAT_REQUEST_EXAMPLES.map((value, i) => [`example${i + 1}`, { value }])),
@@ -429,7 +431,11 @@ export async function openAiRoutes(app: FastifyInstance): Promise<void> {
 
       if (body.stream) {
         if (req.headers['idempotency-key'] !== undefined) {
-          throw asChatError(new AppError('invalid_input', 'Idempotency-Key is supported on non-streaming chat completions only; send it without stream: true'), tool, body);
+          throw asChatError(
+            new AppError('invalid_input', 'Idempotency-Key is supported on non-streaming chat completions only; send it without stream: true'),
+            tool,
+            body,
+          );
         }
         const { watch, jobId } = await startChat(req, reply, caller, tool, toolInput, body);
         return streamCompletion(reply, watch, jobId, body, req.id);

@@ -406,11 +406,15 @@ export class CreditReservations {
         });
       }
       if (status === -3) {
-        throw new AppError('monthly_limit_exceeded', `This sub-key has used ${value} of its ${sub!.monthlyLimitCents} cents this month; this call costs ${total}.`, {
-          monthly_limit: sub!.monthlyLimitCents,
-          used_this_month: value,
-          required_cents: total,
-        });
+        throw new AppError(
+          'monthly_limit_exceeded',
+          `This sub-key has used ${value} of its ${sub!.monthlyLimitCents} cents this month; this call costs ${total}.`,
+          {
+            monthly_limit: sub!.monthlyLimitCents,
+            used_this_month: value,
+            required_cents: total,
+          },
+        );
       }
       if (status === -4) {
         if (reaped || !(await slots.reap())) throw slots.refuse(value);
@@ -465,9 +469,7 @@ export class CreditReservations {
     // One script per account, each in its account's slot (a pipeline may not span slots in a cluster);
     // sent in the same turn, they share one write on the connection.
     return Promise.all(
-      [...byAccount].map(([accountId, { holds, slots }]) =>
-        this.redis.tgSettled(3, ...this.scriptKeys(accountId).tgSettled, holds.length, ...holds, ...slots),
-      ),
+      [...byAccount].map(([accountId, { holds, slots }]) => this.redis.tgSettled(3, ...this.scriptKeys(accountId).tgSettled, holds.length, ...holds, ...slots)),
     );
   }
 
@@ -503,7 +505,12 @@ export class CreditReservations {
    * dropping holds whose charge Postgres already has. Returns null when a top-up or settlement moved
    * since `snap` (try again later), else how many values were off and how many holds were charged.
    */
-  async rebuild(accountId: string, snap: HoldSnapshot, pg: PostgresView, write: boolean): Promise<{ off: number; charged: number; availBefore: number | null; availExpected: number } | null> {
+  async rebuild(
+    accountId: string,
+    snap: HoldSnapshot,
+    pg: PostgresView,
+    write: boolean,
+  ): Promise<{ off: number; charged: number; availBefore: number | null; availExpected: number } | null> {
     const subs: Array<string | number> = [];
     for (const [key, settled] of pg.settledBySubuse) subs.push(key, settled);
     const [status, before, expected, off, charged] = await this.redis.tgHoldRebuild(

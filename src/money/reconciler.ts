@@ -110,11 +110,14 @@ export class Reconciler {
     const s = this.deps.intervalSeconds;
     if (s <= 0 || this.timer) return;
     const schedule = () => {
-      this.timer = setTimeout(() => {
-        this.runOnce()
-          .catch((err: Error) => this.deps.log.warn({ err: err.message }, 'reconciler pass failed'))
-          .finally(() => this.timer && schedule());
-      }, s * 1000 * (0.8 + Math.random() * 0.4));
+      this.timer = setTimeout(
+        () => {
+          this.runOnce()
+            .catch((err: Error) => this.deps.log.warn({ err: err.message }, 'reconciler pass failed'))
+            .finally(() => this.timer && schedule());
+        },
+        s * 1000 * (0.8 + Math.random() * 0.4),
+      );
       this.timer.unref();
     };
     schedule();

@@ -39,24 +39,23 @@ export const LIST_DEFAULT = 50;
 export const LIST_MAX = 200;
 
 /** GET /jobs query string. */
-export const JobListQuery = z
-  .object({
-    limit: z.coerce
-      .number({ invalid_type_error: 'limit must be a number' })
-      .int('limit must be a whole number')
-      .min(1, 'limit must be at least 1')
-      .max(LIST_MAX, `limit must be at most ${LIST_MAX}`)
-      .default(LIST_DEFAULT)
-      .describe('Calls per page.'),
-    cursor: z.string().min(1).max(200).optional().describe("The previous page's next_cursor."),
-    since: z
-      .string()
-      .datetime({ offset: true, message: 'since must be an ISO 8601 time, e.g. 2025-01-31T00:00:00Z' })
-      .optional()
-      .describe('Only calls made at or after this time.'),
-    tool: z.string().min(1).max(200).optional().describe('Only calls of this tool.'),
-    status: z.enum(['completed', 'failed', 'cancelled']).optional().describe('Only calls that ended so.'),
-  });
+export const JobListQuery = z.object({
+  limit: z.coerce
+    .number({ invalid_type_error: 'limit must be a number' })
+    .int('limit must be a whole number')
+    .min(1, 'limit must be at least 1')
+    .max(LIST_MAX, `limit must be at most ${LIST_MAX}`)
+    .default(LIST_DEFAULT)
+    .describe('Calls per page.'),
+  cursor: z.string().min(1).max(200).optional().describe("The previous page's next_cursor."),
+  since: z
+    .string()
+    .datetime({ offset: true, message: 'since must be an ISO 8601 time, e.g. 2025-01-31T00:00:00Z' })
+    .optional()
+    .describe('Only calls made at or after this time.'),
+  tool: z.string().min(1).max(200).optional().describe('Only calls of this tool.'),
+  status: z.enum(['completed', 'failed', 'cancelled']).optional().describe('Only calls that ended so.'),
+});
 export type JobListQuery = z.infer<typeof JobListQuery>;
 
 const ResultRow = z.object({

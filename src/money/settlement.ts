@@ -198,7 +198,9 @@ export class Settler {
     const hooked = this.onEnded ? batch.filter((p) => p.entry.callbackUrl) : [];
     if (hooked.length) {
       // Before the answers: a job only completes once its delivery is queued. A failure to queue costs the webhook, never the charge.
-      await this.onEnded!(hooked.map((p) => p.entry)).catch((err: Error) => this.log.warn({ err: err.message, jobs: hooked.length }, 'queueing webhook deliveries failed'));
+      await this.onEnded!(hooked.map((p) => p.entry)).catch((err: Error) =>
+        this.log.warn({ err: err.message, jobs: hooked.length }, 'queueing webhook deliveries failed'),
+      );
     }
     await this.dropHoldsAndFreeSlots(batch, settled);
     batch.forEach((p, i) => p.resolve(settled[i]!));

@@ -127,7 +127,10 @@ export class AdminService {
   async createKey(accountId: string, type: KeyType, name?: string) {
     const account = await this.deps.accounts.getAccount(accountId);
     if (type === 'vip' && !(account.plan === 'enterprise' && account.elite)) {
-      throw new AppError('forbidden', 'VIP keys (titan_vip_) are only for enterprise accounts marked elite: run `account set --account <id> --plan enterprise --elite true` first');
+      throw new AppError(
+        'forbidden',
+        'VIP keys (titan_vip_) are only for enterprise accounts marked elite: run `account set --account <id> --plan enterprise --elite true` first',
+      );
     }
     if (type === 'sub') throw new AppError('invalid_input', 'Sub-keys are created by the account itself with POST /subkeys/create');
     const key = await this.deps.accounts.createKey({ accountId, type, name: name ?? (type === 'agent' ? 'agent' : null) });
@@ -142,16 +145,30 @@ export class AdminService {
   }
 
   async showAccount(accountId: string) {
-    const [account, used] = await Promise.all([
-      this.deps.accounts.getAccount(accountId),
-      this.deps.accounts.accountUsedThisMonth(accountId),
-    ]);
-    return { account_id: account.id, name: account.name, plan: account.plan, credits: account.credits, used_this_month: used, rpm: account.rpm, elite: account.elite, max_in_flight: account.max_in_flight, created_at: account.created_at };
+    const [account, used] = await Promise.all([this.deps.accounts.getAccount(accountId), this.deps.accounts.accountUsedThisMonth(accountId)]);
+    return {
+      account_id: account.id,
+      name: account.name,
+      plan: account.plan,
+      credits: account.credits,
+      used_this_month: used,
+      rpm: account.rpm,
+      elite: account.elite,
+      max_in_flight: account.max_in_flight,
+      created_at: account.created_at,
+    };
   }
 
   async setAccount(accountId: string, patch: { plan?: Plan; rpm?: number; elite?: boolean; maxInFlight?: number }) {
     const account = await this.deps.accounts.setAccount(accountId, patch);
     await KeyAuthenticator.broadcast(this.deps.redis, this.deps.prefix);
-    return { account_id: account.id, plan: account.plan, rpm: account.rpm, elite: account.elite, max_in_flight: account.max_in_flight, credits: account.credits };
+    return {
+      account_id: account.id,
+      plan: account.plan,
+      rpm: account.rpm,
+      elite: account.elite,
+      max_in_flight: account.max_in_flight,
+      credits: account.credits,
+    };
   }
 }

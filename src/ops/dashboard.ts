@@ -56,7 +56,10 @@ export async function dashboardRoutes(app: FastifyInstance): Promise<void> {
         if (dashboardAuthorized(token, req.headers.authorization)) return;
         // Answered here rather than thrown: a thrown error would reach Bull Board's own error handler
         // (the routes' context), not the service's envelope.
-        const err = new AppError('unauthorized', 'The queue dashboard needs ADMIN_TOKEN: as the basic-auth password (any user name) or as Authorization: Bearer <ADMIN_TOKEN>');
+        const err = new AppError(
+          'unauthorized',
+          'The queue dashboard needs ADMIN_TOKEN: as the basic-auth password (any user name) or as Authorization: Bearer <ADMIN_TOKEN>',
+        );
         return reply.code(err.status).header('www-authenticate', `Basic realm="${REALM}"`).type('application/json; charset=utf-8').send(envelope(err, req.id));
       });
       await scope.register(serverAdapter.registerPlugin());

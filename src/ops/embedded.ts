@@ -76,8 +76,12 @@ export async function startEmbedded(
   say: Say = (m) => process.stderr.write(`tollgate: ${m}\n`),
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<void> {
-  const redis = config.REDIS_URL === EMBEDDED ? { why: 'REDIS_URL=embedded', hint: '', needs: 'REDIS_URL=embedded needs' } : await unsetReason('REDIS_URL', config, env);
-  const postgres = config.DATABASE_URL === EMBEDDED ? { why: 'DATABASE_URL=embedded', hint: '', needs: 'DATABASE_URL=embedded needs' } : await unsetReason('DATABASE_URL', config, env);
+  const redis =
+    config.REDIS_URL === EMBEDDED ? { why: 'REDIS_URL=embedded', hint: '', needs: 'REDIS_URL=embedded needs' } : await unsetReason('REDIS_URL', config, env);
+  const postgres =
+    config.DATABASE_URL === EMBEDDED
+      ? { why: 'DATABASE_URL=embedded', hint: '', needs: 'DATABASE_URL=embedded needs' }
+      : await unsetReason('DATABASE_URL', config, env);
   if (!redis && !postgres) return;
   const dataDir = path.resolve(config.TOLLGATE_DATA_DIR);
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o755 });
@@ -177,7 +181,24 @@ async function embeddedRedis(dataDir: string, say: Say, { why, hint, needs }: Re
   const logFd = fs.openSync(path.join(dataDir, 'redis.log'), 'a');
   const child = spawn(
     bin,
-    ['--port', String(port), '--bind', '127.0.0.1', '--appendonly', 'yes', '--appendfsync', 'everysec', '--dir', dir, '--pidfile', pidFile, '--daemonize', 'no', '--save', ''],
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--appendonly',
+      'yes',
+      '--appendfsync',
+      'everysec',
+      '--dir',
+      dir,
+      '--pidfile',
+      pidFile,
+      '--daemonize',
+      'no',
+      '--save',
+      '',
+    ],
     // Its own process group: a terminal's Ctrl-C reaches only the service, which stops Redis after it.
     { stdio: ['ignore', logFd, logFd], detached: true },
   );
@@ -241,7 +262,12 @@ async function embeddedPostgres(dataDir: string, say: Say, reason: Reason): Prom
       fs.chownSync(pwFile, asUser.uid, asUser.gid);
     }
     try {
-      await run(bins.initdb, ['-D', pgData, '-U', 'postgres', '--auth=scram-sha-256', `--pwfile=${pwFile}`, '--encoding=UTF8', '--no-locale'], asUser, path.join(dataDir, 'postgres.log'));
+      await run(
+        bins.initdb,
+        ['-D', pgData, '-U', 'postgres', '--auth=scram-sha-256', `--pwfile=${pwFile}`, '--encoding=UTF8', '--no-locale'],
+        asUser,
+        path.join(dataDir, 'postgres.log'),
+      );
     } finally {
       fs.rmSync(pwFile, { force: true });
     }
@@ -253,11 +279,12 @@ async function embeddedPostgres(dataDir: string, say: Say, reason: Reason): Prom
   writeJson(stateFile, state);
 
   const logFd = fs.openSync(path.join(dataDir, 'postgres.log'), 'a');
-  const child = spawn(
-    bins.postgres,
-    ['-D', pgData, '-p', String(state.port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
-    { stdio: ['ignore', logFd, logFd], detached: true, ...(asUser ?? {}), env: { ...process.env, LC_ALL: 'C' } },
-  );
+  const child = spawn(bins.postgres, ['-D', pgData, '-p', String(state.port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='], {
+    stdio: ['ignore', logFd, logFd],
+    detached: true,
+    ...(asUser ?? {}),
+    env: { ...process.env, LC_ALL: 'C' },
+  });
   fs.closeSync(logFd);
   child.unref();
   // SIGINT: Postgres's fast shutdown (running transactions are rolled back, data is flushed).
@@ -335,7 +362,10 @@ export function hydrateSymlinks(root: string): void {
 function runAsUser(why: string): { uid: number; gid: number } | undefined {
   if (typeof process.getuid !== 'function' || process.getuid() !== 0) return undefined;
   try {
-    const line = fs.readFileSync('/etc/passwd', 'utf8').split('\n').find((l) => l.startsWith('postgres:'));
+    const line = fs
+      .readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('postgres:'));
     if (line) {
       const [, , uid, gid] = line.split(':');
       return { uid: Number(uid), gid: Number(gid) };
@@ -451,10 +481,7 @@ type SealingKey = (typeof SEALING_KEYS)[number];
  * PUBLIC_BASE_URL unless PUBLIC_HOSTS lists the host names requests may name (otherwise links and the
  * x402 `resource` would have to come from a Host header anyone can write).
  */
-export function missingInProduction(
-  config: Pick<Config, SealingKey | 'PUBLIC_BASE_URL' | 'PUBLIC_HOSTS'>,
-  opts: { api: boolean },
-): string[] {
+export function missingInProduction(config: Pick<Config, SealingKey | 'PUBLIC_BASE_URL' | 'PUBLIC_HOSTS'>, opts: { api: boolean }): string[] {
   const missing: string[] = SEALING_KEYS.filter((k) => !config[k]);
   if (opts.api && !config.PUBLIC_BASE_URL && !config.PUBLIC_HOSTS.length) missing.push('PUBLIC_BASE_URL (or PUBLIC_HOSTS)');
   return missing;
@@ -493,7 +520,8 @@ export function localSealingKeys(config: Pick<Config, SealingKey | 'TOLLGATE_DAT
   let created = false;
   let stored = readJson<Partial<Record<SealingKey, string>>>(file);
   if (!stored) {
-    if (fs.existsSync(file)) throw new EmbeddedError(`${file} is not readable JSON; remove it only if nothing was sealed under its keys yet, or set ${unset.join(' and ')}`);
+    if (fs.existsSync(file))
+      throw new EmbeddedError(`${file} is not readable JSON; remove it only if nothing was sealed under its keys yet, or set ${unset.join(' and ')}`);
     const fresh = Object.fromEntries(SEALING_KEYS.map((k) => [k, randomBytes(32).toString('hex')]));
     const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
     try {
@@ -504,7 +532,9 @@ export function localSealingKeys(config: Pick<Config, SealingKey | 'TOLLGATE_DAT
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
       if (code !== 'EEXIST') {
-        throw new EmbeddedError(`${unset.join(' and ')} unset and ${file} cannot be written (${code ?? (e as Error).message}); set them (\`openssl rand -hex 32\` each), or TOLLGATE_DATA_DIR to a writable directory`);
+        throw new EmbeddedError(
+          `${unset.join(' and ')} unset and ${file} cannot be written (${code ?? (e as Error).message}); set them (\`openssl rand -hex 32\` each), or TOLLGATE_DATA_DIR to a writable directory`,
+        );
       }
     } finally {
       fs.rmSync(tmp, { force: true });

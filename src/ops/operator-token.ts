@@ -5,7 +5,9 @@ import { createHash, timingSafeEqual } from 'node:crypto';
  * same length first, so neither the length nor a common prefix of a guess shows in the timing.
  */
 export function sameSecret(given: string | null, wanted: string): boolean {
-  const a = createHash('sha256').update(given ?? '').digest();
+  const a = createHash('sha256')
+    .update(given ?? '')
+    .digest();
   const b = createHash('sha256').update(wanted).digest();
   return timingSafeEqual(a, b) && given !== null;
 }

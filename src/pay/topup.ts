@@ -60,9 +60,13 @@ export function topupUnavailable(deps: Pick<TopupDeps, 'x402'>): AppError | unde
     '(X402_FACILITATOR_URL, or X402_RPC_URL + X402_SETTLER_PRIVATE_KEY).';
   if (!deps.x402) return new AppError('topup_unavailable', `${what} Until then an operator adds credits (admin credits add).`);
   if (deps.x402.settler.mode === 'deferred') {
-    return new AppError('topup_unavailable', `${what} Deferred settlement (X402_SETTLEMENT=deferred) cannot pay top-ups: credits are added only after a payment settles.`, {
-      settlement: 'deferred',
-    });
+    return new AppError(
+      'topup_unavailable',
+      `${what} Deferred settlement (X402_SETTLEMENT=deferred) cannot pay top-ups: credits are added only after a payment settles.`,
+      {
+        settlement: 'deferred',
+      },
+    );
   }
   return undefined;
 }

@@ -14,10 +14,7 @@ export type JobEvent =
   | { type: 'completed'; jobId: string; value: CallResult }
   | { type: 'failed'; jobId: string; error: AppError };
 
-export type Outcome =
-  | { state: 'completed'; value: CallResult }
-  | { state: 'failed'; error: AppError }
-  | { state: 'pending' };
+export type Outcome = { state: 'completed'; value: CallResult } | { state: 'failed'; error: AppError } | { state: 'pending' };
 
 type Listener = (e: JobEvent) => void;
 
@@ -70,7 +67,14 @@ export class CompletionDispatcher {
               this.emit({
                 type: 'failed',
                 jobId,
-                error: isAppError(err) ? err : new AppError('service_unavailable', 'The call finished but its answer could not be read now; GET /jobs/{id} has it', {}, { retryable: true }),
+                error: isAppError(err)
+                  ? err
+                  : new AppError(
+                      'service_unavailable',
+                      'The call finished but its answer could not be read now; GET /jobs/{id} has it',
+                      {},
+                      { retryable: true },
+                    ),
               });
             },
           );

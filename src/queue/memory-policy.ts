@@ -56,7 +56,9 @@ export async function checkMemoryPolicy(redis: Redis, log: Pick<Logger, 'warn'>)
     );
   }
   if (found.some((f) => f.maxmemory === 0)) {
-    warnings.push('Redis maxmemory is 0 (unlimited): set a limit (with maxmemory-policy noeviction) so a full Redis refuses writes instead of the host running out of memory');
+    warnings.push(
+      'Redis maxmemory is 0 (unlimited): set a limit (with maxmemory-policy noeviction) so a full Redis refuses writes instead of the host running out of memory',
+    );
   }
   for (const w of warnings) log.warn(w);
   return warnings;

@@ -34,7 +34,6 @@ export function parseClusterUrl(url: string): ClusterAddress | null {
   return { nodes, username: decode(m[2]), password: decode(m[3]), tls: m[1] === 'rediss' };
 }
 
-
 /**
  * Opens a single-server or cluster connection. The options are ioredis's single-server ones; for a
  * cluster, the connection-level ones (lazyConnect, enableOfflineQueue, enableReadyCheck,
@@ -179,14 +178,24 @@ export function isDependencyError(e: unknown): boolean {
   if (/enableOfflineQueue|Connection is closed|Command timed out|Stream isn't writeable|connect ECONNREFUSED|Reached the max retries/i.test(msg)) return true;
   // A Redis Cluster mid-failover: the slot's primary is gone and its replica not yet promoted, the
   // slot map is being refreshed, or the node is still loading. Transient, like a dropped connection.
-  if (/^(CLUSTERDOWN|TRYAGAIN|MASTERDOWN|LOADING|READONLY)\b|Too many Cluster redirections|Failed to refresh slots cache|None of startup nodes is available|Cluster isn't ready/i.test(msg)) return true;
+  if (
+    /^(CLUSTERDOWN|TRYAGAIN|MASTERDOWN|LOADING|READONLY)\b|Too many Cluster redirections|Failed to refresh slots cache|None of startup nodes is available|Cluster isn't ready/i.test(
+      msg,
+    )
+  )
+    return true;
   // Sockets (either dependency).
-  if (typeof err.code === 'string' && ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN'].includes(err.code)) return true;
+  if (
+    typeof err.code === 'string' &&
+    ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN'].includes(err.code)
+  )
+    return true;
   // Postgres: connection exceptions (08xxx), server shutting down (57P01-57P03), too many connections.
   if (typeof err.code === 'string' && (/^08/.test(err.code) || ['57P01', '57P02', '57P03', '53300'].includes(err.code))) return true;
   // slonik wraps driver failures.
   if (err.name === 'ConnectionError' || err.name === 'BackendTerminatedError') return true;
-  if (/Connection terminated|timeout exceeded when trying to connect|Cannot use a pool after calling end|Client has encountered a connection error/i.test(msg)) return true;
+  if (/Connection terminated|timeout exceeded when trying to connect|Cannot use a pool after calling end|Client has encountered a connection error/i.test(msg))
+    return true;
   return err.cause !== undefined && err.cause !== e ? isDependencyError(err.cause) : false;
 }
 

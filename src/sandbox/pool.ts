@@ -112,12 +112,7 @@ export class SandboxPool {
   }
 
   /** Runs an isolated tool's handler (found by name among `tool.isolated`'s exports) in a thread. */
-  async runTool(
-    tool: AnyTool,
-    input: unknown,
-    context: ThreadToolContext,
-    call: SandboxCall,
-  ): Promise<{ value: unknown; usage: Record<string, number> }> {
+  async runTool(tool: AnyTool, input: unknown, context: ThreadToolContext, call: SandboxCall): Promise<{ value: unknown; usage: Record<string, number> }> {
     if (!tool.isolated) throw new SandboxFault(`${tool.name} is not an isolated tool`);
     const json = await this.submit({ kind: 'tool', module: tool.isolated, name: tool.name, input, context }, call);
     const out = JSON.parse(json) as { value?: unknown; usage: Record<string, number> };
@@ -272,7 +267,9 @@ export class SandboxPool {
       if (!task) return this.log.warn({ err: err.message }, 'sandbox thread failed while idle');
       this.settle(
         task,
-        err.code === 'ERR_WORKER_OUT_OF_MEMORY' ? limitExceeded(task.call.label, 'memory', memoryMb) : new SandboxFault(`sandbox thread failed: ${err.message}`),
+        err.code === 'ERR_WORKER_OUT_OF_MEMORY'
+          ? limitExceeded(task.call.label, 'memory', memoryMb)
+          : new SandboxFault(`sandbox thread failed: ${err.message}`),
       );
     });
     worker.on('exit', () => {

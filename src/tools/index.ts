@@ -77,10 +77,14 @@ export function assertNeedsMet(tool: AnyTool, config: Config): void {
   const unmet = (tool.needs ?? []).filter((n) => !NEED_SETTINGS[n].configured(config));
   if (!unmet.length) return;
   const settings = unmet.map((n) => NEED_SETTINGS[n].setting);
-  throw new AppError('tool_unavailable', `${tool.name} is not available on this service: it needs ${unmet.join(' and ')}, which is not configured (${settings.join(', ')}). Nothing was charged.`, {
-    tool: tool.name,
-    needs: unmet,
-  });
+  throw new AppError(
+    'tool_unavailable',
+    `${tool.name} is not available on this service: it needs ${unmet.join(' and ')}, which is not configured (${settings.join(', ')}). Nothing was charged.`,
+    {
+      tool: tool.name,
+      needs: unmet,
+    },
+  );
 }
 
 const BIG = 2n ** 53n;
@@ -90,13 +94,17 @@ const BIG = 2n ** 53n;
  * tool's `qParse` says. A q that does not parse is 400 invalid_input naming q.
  */
 export function qInput(tool: AnyTool, q: string): Record<string, unknown> {
-  const bad = (message: string) =>
-    new AppError('invalid_input', `q for ${tool.name} ${message}`, { issues: [{ path: ['q'], message }] });
+  const bad = (message: string) => new AppError('invalid_input', `q for ${tool.name} ${message}`, { issues: [{ path: ['q'], message }] });
   switch (tool.qParse ?? 'text') {
     case 'text':
       return { [tool.qField]: q };
     case 'lines':
-      return { [tool.qField]: q.split(/\r?\n/).map((l) => l.trim()).filter(Boolean) };
+      return {
+        [tool.qField]: q
+          .split(/\r?\n/)
+          .map((l) => l.trim())
+          .filter(Boolean),
+      };
     case 'numbers': {
       const tokens = q.split(/[\s,;]+/).filter(Boolean);
       const values = tokens.map((t) => {

@@ -295,68 +295,79 @@ const FAULTS: Array<[string, () => Promise<void>]> = [
 ];
 
 describe('money under faults', () => {
-  it.each(FAULTS)('%s', async (name, fault) => {
-    await ensureHealthy();
-    const tag = randomBytes(3).toString('hex');
-    const accts = [await admin.createAccount('pro', 10_000, `chaos-${tag}-a`), await admin.createAccount('pro', 10_000, `chaos-${tag}-b`)];
-    for (const a of accts) await admin.setAccount(a.account_id, { plan: 'enterprise', rpm: 100_000, maxInFlight: 1_000 });
-    const outcomes = await load(tag, accts.map((a) => a.api_key), fault);
-    await ensureHealthy();
-    const idle = await settleDown(accts.map((a) => a.account_id), accts.map((a) => a.key_id));
+  it.each(FAULTS)(
+    '%s',
+    async (name, fault) => {
+      await ensureHealthy();
+      const tag = randomBytes(3).toString('hex');
+      const accts = [await admin.createAccount('pro', 10_000, `chaos-${tag}-a`), await admin.createAccount('pro', 10_000, `chaos-${tag}-b`)];
+      for (const a of accts) await admin.setAccount(a.account_id, { plan: 'enterprise', rpm: 100_000, maxInFlight: 1_000 });
+      const outcomes = await load(
+        tag,
+        accts.map((a) => a.api_key),
+        fault,
+      );
+      await ensureHealthy();
+      const idle = await settleDown(
+        accts.map((a) => a.account_id),
+        accts.map((a) => a.key_id),
+      );
 
-    let charged = 0;
-    let undelivered = 0;
-    let keyedOk = 0;
-    let keyedOnce = 0;
-    for (const [n, a] of accts.entries()) {
-      const mine = outcomes.filter((o) => o.account === n);
-      const ledger = await ledgerCharges(a.account_id);
-      const spent = 10_000 - (await credits(a.account_id));
-      const ledgerSum = -ledger.reduce((s, l) => s + l.delta_cents, 0);
-      // Credits spent are exactly the ledger's charges.
-      expect(spent).toBe(ledgerSum);
-      charged += ledger.length;
+      let charged = 0;
+      let undelivered = 0;
+      let keyedOk = 0;
+      let keyedOnce = 0;
+      for (const [n, a] of accts.entries()) {
+        const mine = outcomes.filter((o) => o.account === n);
+        const ledger = await ledgerCharges(a.account_id);
+        const spent = 10_000 - (await credits(a.account_id));
+        const ledgerSum = -ledger.reduce((s, l) => s + l.delta_cents, 0);
+        // Credits spent are exactly the ledger's charges.
+        expect(spent).toBe(ledgerSum);
+        charged += ledger.length;
 
-      const delivered = new Map(mine.filter((o) => o.status === 200).map((o) => [o.jobId!, o]));
-      // No 200 without its charge, at the price.
-      const ledgerIds = new Set(ledger.map((l) => l.entry_key));
-      for (const [jobId, o] of delivered) {
-        expect(ledgerIds.has(jobId)).toBe(true);
-        expect(o.cost).toBe(PRICE);
+        const delivered = new Map(mine.filter((o) => o.status === 200).map((o) => [o.jobId!, o]));
+        // No 200 without its charge, at the price.
+        const ledgerIds = new Set(ledger.map((l) => l.entry_key));
+        for (const [jobId, o] of delivered) {
+          expect(ledgerIds.has(jobId)).toBe(true);
+          expect(o.cost).toBe(PRICE);
+        }
+        // Every charge not delivered as a 200 is retrievable by its key, and names the request it ran.
+        const chargesPerExpression = new Map<string, number>();
+        for (const o of delivered.values()) chargesPerExpression.set(o.expression, (chargesPerExpression.get(o.expression) ?? 0) + 1);
+        let deliveredCost = 0;
+        for (const o of delivered.values()) deliveredCost += o.cost ?? 0;
+        let retrievableCost = 0;
+        for (const l of ledger) {
+          if (delivered.has(l.entry_key)) continue;
+          const r = await getJob(a.api_key, l.entry_key);
+          expect(r?.status).toBe(200);
+          expect(r?.body?.status).toBe('completed');
+          expect(r?.body?.cost_cents).toBe(PRICE);
+          retrievableCost += r?.body?.cost_cents ?? 0;
+          undelivered++;
+          const expr = r?.body?.result?.expression as string;
+          chargesPerExpression.set(expr, (chargesPerExpression.get(expr) ?? 0) + 1);
+        }
+        expect(deliveredCost + retrievableCost).toBe(ledgerSum);
+        // Each request ran (and was charged) at most once; each keyed one exactly once, with its answer.
+        for (const [, count] of chargesPerExpression) expect(count).toBe(1);
+        for (const o of mine.filter((x) => x.keyed)) {
+          expect(o.status).toBe(200);
+          keyedOk++;
+          if (chargesPerExpression.get(o.expression) === 1) keyedOnce++;
+        }
       }
-      // Every charge not delivered as a 200 is retrievable by its key, and names the request it ran.
-      const chargesPerExpression = new Map<string, number>();
-      for (const o of delivered.values()) chargesPerExpression.set(o.expression, (chargesPerExpression.get(o.expression) ?? 0) + 1);
-      let deliveredCost = 0;
-      for (const o of delivered.values()) deliveredCost += o.cost ?? 0;
-      let retrievableCost = 0;
-      for (const l of ledger) {
-        if (delivered.has(l.entry_key)) continue;
-        const r = await getJob(a.api_key, l.entry_key);
-        expect(r?.status).toBe(200);
-        expect(r?.body?.status).toBe('completed');
-        expect(r?.body?.cost_cents).toBe(PRICE);
-        retrievableCost += r?.body?.cost_cents ?? 0;
-        undelivered++;
-        const expr = r?.body?.result?.expression as string;
-        chargesPerExpression.set(expr, (chargesPerExpression.get(expr) ?? 0) + 1);
-      }
-      expect(deliveredCost + retrievableCost).toBe(ledgerSum);
-      // Each request ran (and was charged) at most once; each keyed one exactly once, with its answer.
-      for (const [, count] of chargesPerExpression) expect(count).toBe(1);
-      for (const o of mine.filter((x) => x.keyed)) {
-        expect(o.status).toBe(200);
-        keyedOk++;
-        if (chargesPerExpression.get(o.expression) === 1) keyedOnce++;
-      }
-    }
-    const keyed = outcomes.filter((o) => o.keyed).length;
-    rows.push(
-      `${name.padEnd(38)} ${String(outcomes.length).padStart(4)} ${String(outcomes.filter((o) => o.status === 200).length).padStart(4)} ` +
-        `${String(charged).padStart(8)} ${String(undelivered).padStart(28)} ${`${keyedOk}/${keyedOnce} of ${keyed}`.padStart(22)} ` +
-        `${String(idle.holds).padStart(5)} ${String(idle.claims).padStart(6)} ${String(idle.slots).padStart(5)}  ${idle.availOk ? 'yes' : 'NO'}`,
-    );
-    expect(keyedOnce).toBe(keyed);
-    expect(idle).toEqual({ holds: 0, claims: 0, slots: 0, availOk: true });
-  }, 300_000);
+      const keyed = outcomes.filter((o) => o.keyed).length;
+      rows.push(
+        `${name.padEnd(38)} ${String(outcomes.length).padStart(4)} ${String(outcomes.filter((o) => o.status === 200).length).padStart(4)} ` +
+          `${String(charged).padStart(8)} ${String(undelivered).padStart(28)} ${`${keyedOk}/${keyedOnce} of ${keyed}`.padStart(22)} ` +
+          `${String(idle.holds).padStart(5)} ${String(idle.claims).padStart(6)} ${String(idle.slots).padStart(5)}  ${idle.availOk ? 'yes' : 'NO'}`,
+      );
+      expect(keyedOnce).toBe(keyed);
+      expect(idle).toEqual({ holds: 0, claims: 0, slots: 0, availOk: true });
+    },
+    300_000,
+  );
 });

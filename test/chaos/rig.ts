@@ -96,7 +96,10 @@ export class ServiceProcess {
 export async function waitForHttp(base: string, okOnly = false, timeoutMs = 30_000): Promise<void> {
   const end = Date.now() + timeoutMs;
   for (;;) {
-    const status = await fetch(`${base}/health`, { signal: AbortSignal.timeout(2_000) }).then((r) => r.status, () => 0);
+    const status = await fetch(`${base}/health`, { signal: AbortSignal.timeout(2_000) }).then(
+      (r) => r.status,
+      () => 0,
+    );
     if (status && (!okOnly || status === 200)) return;
     if (Date.now() > end) throw new Error(`${base} did not come up${okOnly ? ' healthy' : ''}`);
     await sleep(100);

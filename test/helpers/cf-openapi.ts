@@ -18,7 +18,8 @@ import { fileURLToPath } from 'node:url';
 
 const SPEC_PATH = fileURLToPath(new URL('../fixtures/cloudflare-openapi-2024-08-06.subset.json', import.meta.url));
 /** Appended to "not found" problems: the subset lacks what a tool does not call yet, which is a finding, never a pass. */
-const SUBSET_NOTE = 'subset (test/fixtures/cloudflare-openapi-2024-08-06.subset.json; if a tool calls it, add it to scripts/cf-openapi-subset.ts and regenerate)';
+const SUBSET_NOTE =
+  'subset (test/fixtures/cloudflare-openapi-2024-08-06.subset.json; if a tool calls it, add it to scripts/cf-openapi-subset.ts and regenerate)';
 
 type Schema = Record<string, unknown>;
 interface Spec {
@@ -56,18 +57,49 @@ const pageRuleActions: Schema[] = [
       value: { type: 'object', required: ['url'], properties: { url: { type: 'string' }, status_code: { type: 'integer', enum: [301, 302] } } },
     },
   },
-  ...['always_use_https', 'disable_performance', 'disable_apps', 'disable_zaraz'].map((id) => ({ type: 'object', required: ['id'], properties: { id: { enum: [id] } } })),
-  { type: 'object', required: ['id', 'value'], properties: { id: { enum: ['cache_level'] }, value: { type: 'string', enum: ['bypass', 'basic', 'simplified', 'aggressive', 'cache_everything'] } } },
-  ...['edge_cache_ttl', 'browser_cache_ttl'].map((id) => ({ type: 'object', required: ['id', 'value'], properties: { id: { enum: [id] }, value: { type: 'integer', minimum: 0 } } })),
-  { type: 'object', required: ['id', 'value'], properties: { id: { enum: ['ssl'] }, value: { type: 'string', enum: ['off', 'flexible', 'full', 'strict', 'origin_pull'] } } },
+  ...['always_use_https', 'disable_performance', 'disable_apps', 'disable_zaraz'].map((id) => ({
+    type: 'object',
+    required: ['id'],
+    properties: { id: { enum: [id] } },
+  })),
+  {
+    type: 'object',
+    required: ['id', 'value'],
+    properties: { id: { enum: ['cache_level'] }, value: { type: 'string', enum: ['bypass', 'basic', 'simplified', 'aggressive', 'cache_everything'] } },
+  },
+  ...['edge_cache_ttl', 'browser_cache_ttl'].map((id) => ({
+    type: 'object',
+    required: ['id', 'value'],
+    properties: { id: { enum: [id] }, value: { type: 'integer', minimum: 0 } },
+  })),
+  {
+    type: 'object',
+    required: ['id', 'value'],
+    properties: { id: { enum: ['ssl'] }, value: { type: 'string', enum: ['off', 'flexible', 'full', 'strict', 'origin_pull'] } },
+  },
   {
     type: 'object',
     required: ['id', 'value'],
     properties: { id: { enum: ['security_level'] }, value: { type: 'string', enum: ['off', 'essentially_off', 'low', 'medium', 'high', 'under_attack'] } },
   },
-  ...['automatic_https_rewrites', 'browser_check', 'email_obfuscation', 'rocket_loader', 'cache_deception_armor', 'explicit_cache_control', 'ip_geolocation', 'opportunistic_encryption', 'origin_error_page_pass_thru', 'sort_query_string_for_cache', 'true_client_ip_header', 'waf', 'cache_by_device_type', 'respect_strong_etag', 'response_buffering', 'server_side_exclude'].map(
-    (id) => ({ type: 'object', required: ['id', 'value'], properties: { id: { enum: [id] }, value: onOff } }),
-  ),
+  ...[
+    'automatic_https_rewrites',
+    'browser_check',
+    'email_obfuscation',
+    'rocket_loader',
+    'cache_deception_armor',
+    'explicit_cache_control',
+    'ip_geolocation',
+    'opportunistic_encryption',
+    'origin_error_page_pass_thru',
+    'sort_query_string_for_cache',
+    'true_client_ip_header',
+    'waf',
+    'cache_by_device_type',
+    'respect_strong_etag',
+    'response_buffering',
+    'server_side_exclude',
+  ].map((id) => ({ type: 'object', required: ['id', 'value'], properties: { id: { enum: [id] }, value: onOff } })),
 ];
 
 /**
@@ -332,7 +364,12 @@ export function checkRequest(req: RecordedRequest): string[] {
   if (!match.item) return [`${where}: ${match.template} is left out of the API description ${SUBSET_NOTE}`];
   const method = req.method.toLowerCase();
   const op = match.item[method];
-  if (!op) return [`${where}: ${match.template} has no ${req.method} (only ${Object.keys(match.item).filter((k) => k !== 'parameters').join(', ')}) in the API description ${SUBSET_NOTE}`];
+  if (!op)
+    return [
+      `${where}: ${match.template} has no ${req.method} (only ${Object.keys(match.item)
+        .filter((k) => k !== 'parameters')
+        .join(', ')}) in the API description ${SUBSET_NOTE}`,
+    ];
   const problems: string[] = [];
 
   const params = [...((match.item.parameters as unknown as Parameter[] | undefined) ?? []), ...(op.parameters ?? [])].map(parameter);
@@ -650,16 +687,47 @@ export const GRAPHQL_DATASETS: Record<string, { filterKeys: string[]; fields: Fi
     fields: { dimensions: { datetime: true }, sum: sum1d, uniq: { uniques: true } },
   },
   httpRequestsAdaptiveGroups: {
-    filterKeys: ['datetime_geq', 'datetime_gt', 'datetime_leq', 'datetime_lt', 'requestSource', 'clientRequestHTTPHost', 'clientCountryName', 'edgeResponseStatus'],
+    filterKeys: [
+      'datetime_geq',
+      'datetime_gt',
+      'datetime_leq',
+      'datetime_lt',
+      'requestSource',
+      'clientRequestHTTPHost',
+      'clientCountryName',
+      'edgeResponseStatus',
+    ],
     fields: {
       count: true,
-      dimensions: { date: true, datetime: true, datetimeHour: true, clientCountryName: true, clientRequestHTTPHost: true, clientRequestPath: true, edgeResponseStatus: true, coloCode: true, cacheStatus: true },
+      dimensions: {
+        date: true,
+        datetime: true,
+        datetimeHour: true,
+        clientCountryName: true,
+        clientRequestHTTPHost: true,
+        clientRequestPath: true,
+        edgeResponseStatus: true,
+        coloCode: true,
+        cacheStatus: true,
+      },
       sum: { visits: true, edgeResponseBytes: true },
       avg: { sampleInterval: true },
     },
   },
   firewallEventsAdaptiveGroups: {
-    filterKeys: ['datetime_geq', 'datetime_gt', 'datetime_leq', 'datetime_lt', 'action', 'action_neq', 'source', 'clientIP', 'clientCountryName', 'ruleId', 'clientRequestHTTPHost'],
+    filterKeys: [
+      'datetime_geq',
+      'datetime_gt',
+      'datetime_leq',
+      'datetime_lt',
+      'action',
+      'action_neq',
+      'source',
+      'clientIP',
+      'clientCountryName',
+      'ruleId',
+      'clientRequestHTTPHost',
+    ],
     fields: { count: true, dimensions: fwDimensions },
   },
 };

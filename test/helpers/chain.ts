@@ -101,9 +101,7 @@ export function compileContracts(): Promise<CompiledContracts> {
 }
 
 async function loadOrCompile(): Promise<CompiledContracts> {
-  const sources = Object.fromEntries(
-    SOURCES.map((f) => [f, { content: readFileSync(path.join(ROOT, 'contracts', f), 'utf8') }]),
-  );
+  const sources = Object.fromEntries(SOURCES.map((f) => [f, { content: readFileSync(path.join(ROOT, 'contracts', f), 'utf8') }]));
   // The version from package.json, so a cache hit never loads the compiler.
   const solcVersion = (requireFromRoot('solc/package.json') as { version: string }).version;
   const key = createHash('sha256').update(JSON.stringify({ solcVersion, SOLC_SETTINGS, sources })).digest('hex');
@@ -358,8 +356,7 @@ export async function startChain(opts: { chainId?: number } = {}): Promise<Chain
     const transport = http(rpcUrl);
     const publicClient = createPublicClient({ chain, transport, pollingInterval });
     const testClient = createTestClient({ mode: 'anvil', chain, transport, pollingInterval });
-    const walletClient = (privateKey: Hex) =>
-      createWalletClient({ account: privateKeyToAccount(privateKey), chain, transport, pollingInterval });
+    const walletClient = (privateKey: Hex) => createWalletClient({ account: privateKeyToAccount(privateKey), chain, transport, pollingInterval });
     const deployerWallet = walletClient(DEPLOYER_KEY);
     let automine = true;
 
@@ -408,8 +405,7 @@ export async function startChain(opts: { chainId?: number } = {}): Promise<Chain
           }),
         );
       },
-      balanceOf: (address) =>
-        publicClient.readContract({ address: USDC_ADDRESS, abi: TEST_USDC_ABI, functionName: 'balanceOf', args: [address] }),
+      balanceOf: (address) => publicClient.readContract({ address: USDC_ADDRESS, abi: TEST_USDC_ABI, functionName: 'balanceOf', args: [address] }),
       authorizationState: (authorizer, nonce) =>
         publicClient.readContract({
           address: USDC_ADDRESS,

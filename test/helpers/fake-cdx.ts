@@ -52,7 +52,10 @@ export async function startFakeCdx(): Promise<FakeCdx> {
       const limit = Number(params['limit'] ?? '0');
       if (limit > 0) rows = rows.slice(0, limit);
       if (limit < 0) rows = rows.slice(limit);
-      const body = params['output'] === 'json' ? JSON.stringify(rows.length ? [fields, ...rows.map((r) => fields.map((f) => r[f] ?? '-'))] : []) : rows.map((r) => fields.map((f) => r[f]).join(' ')).join('\n');
+      const body =
+        params['output'] === 'json'
+          ? JSON.stringify(rows.length ? [fields, ...rows.map((r) => fields.map((f) => r[f] ?? '-'))] : [])
+          : rows.map((r) => fields.map((f) => r[f]).join(' ')).join('\n');
       return void res.writeHead(200, { 'content-type': params['output'] === 'json' ? 'application/json' : 'text/plain' }).end(body);
     }
     const m = /^\/web\/(\d{1,14})id_\/(.+)$/.exec(req.url ?? '');

@@ -243,7 +243,10 @@ export class FakeCloudflare {
     return zone;
   }
 
-  addRecord(zone: FakeZone, r: { type: string; name: string; content?: string; ttl?: number; proxied?: boolean; priority?: number; data?: Json; comment?: string }): FakeRecord {
+  addRecord(
+    zone: FakeZone,
+    r: { type: string; name: string; content?: string; ttl?: number; proxied?: boolean; priority?: number; data?: Json; comment?: string },
+  ): FakeRecord {
     const rec = this.makeRecord(zone, r as Json);
     zone.records.push(rec);
     return rec;
@@ -312,7 +315,11 @@ export class FakeCloudflare {
     f.times = (f.times ?? 1) - 1;
     if (f.times <= 0) this.failures.splice(i, 1);
     if (f.raw !== undefined) return { status: f.status, raw: f.raw, headers: f.headers };
-    return { status: f.status, headers: f.headers, body: { success: false, errors: f.errors ?? [{ code: 10000, message: 'Failure' }], messages: [], result: null } };
+    return {
+      status: f.status,
+      headers: f.headers,
+      body: { success: false, errors: f.errors ?? [{ code: 10000, message: 'Failure' }], messages: [], result: null },
+    };
   }
 
   private authorize(h: Record<string, string>): Reply | null {
@@ -320,7 +327,15 @@ export class FakeCloudflare {
     if (!auth) {
       return {
         status: 400,
-        body: { success: false, errors: [{ code: 9106, message: 'Missing X-Auth-Email header' }, { code: 9107, message: 'Missing X-Auth-Key header' }], messages: [], result: null },
+        body: {
+          success: false,
+          errors: [
+            { code: 9106, message: 'Missing X-Auth-Email header' },
+            { code: 9107, message: 'Missing X-Auth-Key header' },
+          ],
+          messages: [],
+          result: null,
+        },
       };
     }
     const m = /^Bearer ([A-Za-z0-9_-]+)$/.exec(auth);
@@ -444,7 +459,8 @@ export class FakeCloudflare {
     if (rest[0] === 'dns_records') return this.dnsRoute(zone, M, rest.slice(1), body, q);
     if (rest[0] === 'rulesets') return this.rulesetsRoute(zone, M, rest.slice(1), body);
     if (rest[0] === 'pagerules') return this.pagerulesRoute(zone, M, rest[1], body, q);
-    if (rest.slice(0, 3).join('/') === 'firewall/access_rules/rules') return this.accessRules(zone.accessRules, M, rest[3], body, q, { type: 'zone', id: zone.id });
+    if (rest.slice(0, 3).join('/') === 'firewall/access_rules/rules')
+      return this.accessRules(zone.accessRules, M, rest[3], body, q, { type: 'zone', id: zone.id });
     throw new CfError(404, 7000, 'No route for that URI');
   }
 
@@ -466,14 +482,17 @@ export class FakeCloudflare {
   private makeRecord(zone: FakeZone, b: Json, id = id32()): FakeRecord {
     const type = String(b.type ?? '');
     if (!type) throw new CfError(400, 9000, 'DNS record type is invalid');
-    let name = String(b.name ?? '').toLowerCase().replace(/\.$/, '');
+    let name = String(b.name ?? '')
+      .toLowerCase()
+      .replace(/\.$/, '');
     if (!name) throw new CfError(400, 9000, 'DNS name is invalid');
     if (name === '@') name = zone.name;
     else if (name !== zone.name && !name.endsWith(`.${zone.name}`)) name = `${name}.${zone.name}`;
     const content = typeof b.content === 'string' ? b.content : '';
     if (type === 'A' && !isIPv4(content)) throw new CfError(400, 9005, 'Content for A record must be a valid IPv4 address.');
     if (type === 'AAAA' && !isIPv6(content)) throw new CfError(400, 9005, 'Content for AAAA record must be a valid IPv6 address.');
-    if (['CNAME', 'MX', 'NS'].includes(type) && !/^[a-z0-9_.-]+\.[a-z0-9-]+\.?$/i.test(content)) throw new CfError(400, 9005, `Content for ${type} record is invalid.`);
+    if (['CNAME', 'MX', 'NS'].includes(type) && !/^[a-z0-9_.-]+\.[a-z0-9-]+\.?$/i.test(content))
+      throw new CfError(400, 9005, `Content for ${type} record is invalid.`);
     if (type === 'MX' && typeof b.priority !== 'number') throw new CfError(400, 9100, 'MX records require a priority.');
     if (['CAA', 'SRV'].includes(type) && (!b.data || typeof b.data !== 'object')) throw new CfError(400, 9101, `${type} records require data.`);
     const proxiable = ['A', 'AAAA', 'CNAME'].includes(type);
@@ -622,7 +641,12 @@ export class FakeCloudflare {
         return ok(rs);
       }
       if (M === 'PUT') {
-        const rules = ((body.rules as Json[] | undefined) ?? []).map((r) => this.makeRule(r, rs?.rules.find((x) => x.id === r.id)));
+        const rules = ((body.rules as Json[] | undefined) ?? []).map((r) =>
+          this.makeRule(
+            r,
+            rs?.rules.find((x) => x.id === r.id),
+          ),
+        );
         const next: FakeRuleset = {
           id: rs?.id ?? id32(),
           name: String(body.name ?? rs?.name ?? 'default'),
@@ -672,8 +696,17 @@ export class FakeCloudflare {
       return ok(rows);
     }
     if (!ruleId && M === 'POST') {
-      if (!Array.isArray(body.targets) || !Array.isArray(body.actions)) throw new CfError(400, 1004, 'Page Rule validation failed: targets and actions are required');
-      const rule = { id: id32(), targets: body.targets, actions: body.actions, priority: body.priority ?? zone.pagerules.length + 1, status: body.status ?? 'disabled', created_on: now(), modified_on: now() };
+      if (!Array.isArray(body.targets) || !Array.isArray(body.actions))
+        throw new CfError(400, 1004, 'Page Rule validation failed: targets and actions are required');
+      const rule = {
+        id: id32(),
+        targets: body.targets,
+        actions: body.actions,
+        priority: body.priority ?? zone.pagerules.length + 1,
+        status: body.status ?? 'disabled',
+        created_on: now(),
+        modified_on: now(),
+      };
       zone.pagerules.push(rule);
       return ok(rule);
     }
@@ -705,7 +738,16 @@ export class FakeCloudflare {
       if (list.some((r) => (r.configuration as Json).value === c.value && (r.configuration as Json).target === c.target)) {
         throw new CfError(400, 10009, 'firewallaccessrules.api.duplicate_of_existing');
       }
-      const rule = { id: id32(), mode: body.mode, notes: body.notes ?? '', configuration: c, allowed_modes: ['block', 'challenge', 'whitelist', 'js_challenge', 'managed_challenge'], scope, created_on: now(), modified_on: now() };
+      const rule = {
+        id: id32(),
+        mode: body.mode,
+        notes: body.notes ?? '',
+        configuration: c,
+        allowed_modes: ['block', 'challenge', 'whitelist', 'js_challenge', 'managed_challenge'],
+        scope,
+        created_on: now(),
+        modified_on: now(),
+      };
       list.push(rule);
       return ok(rule);
     }
@@ -770,7 +812,10 @@ export class FakeCloudflare {
   // --- GraphQL Analytics ---------------------------------------------------------------------
 
   private graphql(body: Json): Reply {
-    const gqlError = (message: string, code: string) => ({ status: 200, body: { data: null, errors: [{ message, path: null, extensions: { code, timestamp: now() } }] } });
+    const gqlError = (message: string, code: string) => ({
+      status: 200,
+      body: { data: null, errors: [{ message, path: null, extensions: { code, timestamp: now() } }] },
+    });
     if (typeof body.query !== 'string') return gqlError('query is required', 'parse');
     let doc;
     try {
@@ -804,7 +849,14 @@ export class FakeCloudflare {
   private dailyRows(zone: FakeZone, ds: GqlField, a: { limit: number; filter: Record<string, string>; orderBy: string[] }): Json[] {
     const f = a.filter;
     let days = [...zone.daily.entries()]
-      .filter(([d]) => (!f.date_geq || d >= f.date_geq) && (!f.date_leq || d <= f.date_leq) && (!f.date_lt || d < f.date_lt) && (!f.date_gt || d > f.date_gt) && (!f.date || d === f.date))
+      .filter(
+        ([d]) =>
+          (!f.date_geq || d >= f.date_geq) &&
+          (!f.date_leq || d <= f.date_leq) &&
+          (!f.date_lt || d < f.date_lt) &&
+          (!f.date_gt || d > f.date_gt) &&
+          (!f.date || d === f.date),
+      )
       .sort(([x], [y]) => x.localeCompare(y));
     if (a.orderBy.includes('date_DESC')) days = days.reverse();
     const maps: Record<string, (s: DayStats) => Json[]> = {
@@ -815,7 +867,11 @@ export class FakeCloudflare {
     return days.slice(0, a.limit).map(([date, s]) =>
       project(ds.selections, {
         dimensions: { date },
-        sum: Object.fromEntries(Object.entries(s).filter(([k]) => typeof (s as unknown as Json)[k] === 'number').concat(Object.entries(maps).map(([k, fn]) => [k, fn(s)]))),
+        sum: Object.fromEntries(
+          Object.entries(s)
+            .filter(([k]) => typeof (s as unknown as Json)[k] === 'number')
+            .concat(Object.entries(maps).map(([k, fn]) => [k, fn(s)])),
+        ),
         uniq: { uniques: s.uniques },
       }),
     );
@@ -824,7 +880,10 @@ export class FakeCloudflare {
   private eventGroups(zone: FakeZone, ds: GqlField, a: { limit: number; filter: Record<string, string> }): Json[] {
     const f = a.filter;
     const events = zone.firewallEvents.filter(
-      (e) => (!f.datetime_geq || e.datetime >= f.datetime_geq) && (!f.datetime_lt || e.datetime < f.datetime_lt) && (!f.datetime_leq || e.datetime <= f.datetime_leq),
+      (e) =>
+        (!f.datetime_geq || e.datetime >= f.datetime_geq) &&
+        (!f.datetime_lt || e.datetime < f.datetime_lt) &&
+        (!f.datetime_leq || e.datetime <= f.datetime_leq),
     );
     const dims = ds.selections.find((s) => s.name === 'dimensions')?.selections.map((s) => s.name) ?? [];
     const groups = new Map<string, { dims: Json; count: number }>();

@@ -25,10 +25,7 @@ export const DEFAULT_KINDS: SupportedKind[] = [
   { x402Version: 1, scheme: 'exact', network: 'base-sepolia' },
 ];
 
-export type Scripted =
-  | { status?: number; body: unknown }
-  | { raw: string; status: number; contentType?: string }
-  | 'hang';
+export type Scripted = { status?: number; body: unknown } | { raw: string; status: number; contentType?: string } | 'hang';
 
 type Body = {
   x402Version: number;

@@ -160,9 +160,7 @@ export async function startFakeOpenAI(opts: FakeOpenAIOptions = {}): Promise<Fak
       object: 'chat.completion',
       created: now(),
       model: reply.model ?? body.model,
-      choices: [
-        { index: 0, message: { role: 'assistant', content, refusal: null }, logprobs: null, finish_reason: reply.finishReason ?? 'stop' },
-      ],
+      choices: [{ index: 0, message: { role: 'assistant', content, refusal: null }, logprobs: null, finish_reason: reply.finishReason ?? 'stop' }],
       usage: reply.usage ?? estimateUsage(body, reply.tokens),
       system_fingerprint: null,
     });
@@ -262,14 +260,7 @@ function sendJson(res: http.ServerResponse, status: number, body: unknown): void
   res.end(text);
 }
 
-function sendError(
-  res: http.ServerResponse,
-  status: number,
-  message: string,
-  type: string,
-  code: string | null = null,
-  param: string | null = null,
-): void {
+function sendError(res: http.ServerResponse, status: number, message: string, type: string, code: string | null = null, param: string | null = null): void {
   sendJson(res, status, { error: { message, type, param, code } });
 }
 

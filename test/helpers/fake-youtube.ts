@@ -78,7 +78,9 @@ export interface FakeYoutube {
 /** The json3 document of a track, shaped like the site's: a window event first; automatic tracks in word segs with line-break appends. */
 export function json3Of(track: FakeTrack): string {
   const cues = track.cues ?? [];
-  const events: unknown[] = [{ tStartMs: 0, dDurationMs: Math.round(((cues.at(-1)?.start ?? 0) + (cues.at(-1)?.dur ?? 0)) * 1000), id: 1, wpWinPosId: 1, wsWinStyleId: 1 }];
+  const events: unknown[] = [
+    { tStartMs: 0, dDurationMs: Math.round(((cues.at(-1)?.start ?? 0) + (cues.at(-1)?.dur ?? 0)) * 1000), id: 1, wpWinPosId: 1, wsWinStyleId: 1 },
+  ];
   for (const c of cues) {
     const tStartMs = Math.round(c.start * 1000);
     const dDurationMs = Math.round(c.dur * 1000);
@@ -187,14 +189,19 @@ export async function startFakeYoutube(): Promise<FakeYoutube> {
     const params = Object.fromEntries(u.searchParams.entries());
     fake.requests.push({ path: u.pathname, params, headers: req.headers });
     if (fake.failWith !== null) {
-      res.writeHead(fake.failWith, { 'content-type': 'text/html', ...(fake.failWith === 429 ? { 'retry-after': '30' } : {}) }).end('<html><body>Something went wrong</body></html>');
+      res
+        .writeHead(fake.failWith, { 'content-type': 'text/html', ...(fake.failWith === 429 ? { 'retry-after': '30' } : {}) })
+        .end('<html><body>Something went wrong</body></html>');
       return;
     }
     if (u.pathname === '/watch') {
       const id = params['v'] ?? '';
       const video = fake.videos.get(id);
       if (video?.pageStatus) {
-        const redirect = video.pageStatus >= 300 && video.pageStatus < 400 ? { location: video.location ?? `https://consent.youtube.com/m?continue=${encodeURIComponent(req.url ?? '')}` } : {};
+        const redirect =
+          video.pageStatus >= 300 && video.pageStatus < 400
+            ? { location: video.location ?? `https://consent.youtube.com/m?continue=${encodeURIComponent(req.url ?? '')}` }
+            : {};
         res.writeHead(video.pageStatus, { 'content-type': 'text/html', ...redirect }).end('<html><body>error</body></html>');
         return;
       }

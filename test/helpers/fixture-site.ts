@@ -64,11 +64,9 @@ export function selfSignedCert(): { key: Buffer; cert: Buffer } {
   try {
     const k = join(dir, 'k');
     const c = join(dir, 'c');
-    execFileSync(
-      'openssl',
-      ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '30', '-subj', '/CN=localhost', '-keyout', k, '-out', c],
-      { stdio: 'ignore' },
-    );
+    execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '30', '-subj', '/CN=localhost', '-keyout', k, '-out', c], {
+      stdio: 'ignore',
+    });
     cachedCert = { key: readFileSync(k), cert: readFileSync(c) };
     return cachedCert;
   } finally {

@@ -91,9 +91,13 @@ export async function startHarness(env: Record<string, string> = {}, opts: { wor
     request: (o) => app.inject(o),
     credits: (accountId) => container.accounts.credits(accountId),
     ledgerSum: (accountId) =>
-      container.pool.oneFirst(sql.type(z.object({ s: z.number() }))`SELECT COALESCE(SUM(delta_cents), 0)::bigint AS s FROM ledger WHERE account_id = ${accountId}`),
+      container.pool.oneFirst(
+        sql.type(z.object({ s: z.number() }))`SELECT COALESCE(SUM(delta_cents), 0)::bigint AS s FROM ledger WHERE account_id = ${accountId}`,
+      ),
     ledgerCharges: (accountId) =>
-      container.pool.oneFirst(sql.type(z.object({ n: z.number() }))`SELECT count(*)::bigint AS n FROM ledger WHERE account_id = ${accountId} AND kind = 'charge'`),
+      container.pool.oneFirst(
+        sql.type(z.object({ n: z.number() }))`SELECT count(*)::bigint AS n FROM ledger WHERE account_id = ${accountId} AND kind = 'charge'`,
+      ),
     close: async () => {
       await app.close();
       await container.close();
@@ -104,7 +108,6 @@ export async function startHarness(env: Record<string, string> = {}, opts: { wor
   };
   return h;
 }
-
 
 export function json<T = Record<string, any>>(res: LightMyRequestResponse): T {
   return JSON.parse(res.body) as T;

@@ -41,10 +41,7 @@ hUnx5Zk1byywnbUPcJt0r5CbJvX/ykftwzRGT2Foew==
 `,
 };
 
-export async function startHttpTarget(
-  handler: Handler,
-  opts: { host?: string; port?: number; tls?: boolean } = {},
-): Promise<HttpTarget> {
+export async function startHttpTarget(handler: Handler, opts: { host?: string; port?: number; tls?: boolean } = {}): Promise<HttpTarget> {
   const host = opts.host ?? '127.0.0.1';
   const requests: HttpTarget['requests'] = [];
   const wrapped: Handler = (req, res) => {

@@ -12,7 +12,10 @@ export function descendants(pid: number): number[] {
   } catch {
     return [];
   }
-  const kids = out.split('\n').map((s) => Number(s.trim())).filter((n) => n > 0);
+  const kids = out
+    .split('\n')
+    .map((s) => Number(s.trim()))
+    .filter((n) => n > 0);
   return kids.flatMap((k) => [k, ...descendants(k)]);
 }
 

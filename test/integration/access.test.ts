@@ -246,7 +246,9 @@ describe('sub-keys', () => {
 describe('Idempotency-Key', () => {
   it('a storm of 50 identical retries runs the tool once and charges once', async () => {
     const acct = await h.account('enterprise', 100, { rpm: 100_000 });
-    const res = await Promise.all(Array.from({ length: 50 }, () => post('/tools/compute', acct.apiKey, { expression: '5*5' }, { 'idempotency-key': 'storm-1' })));
+    const res = await Promise.all(
+      Array.from({ length: 50 }, () => post('/tools/compute', acct.apiKey, { expression: '5*5' }, { 'idempotency-key': 'storm-1' })),
+    );
     const ok = res.filter((r) => r.statusCode === 200);
     const busy = res.filter((r) => r.statusCode === 409);
     expect(ok.length + busy.length).toBe(50);

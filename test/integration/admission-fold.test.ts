@@ -31,7 +31,16 @@ describe('rate limit counted at admission', () => {
     const bad = await call(acct.apiKey, { expression: 7 });
     expect(bad.statusCode).toBe(400);
     expect(bad.headers['x-ratelimit-remaining']).toBe('2');
-    expect((await h.request({ method: 'POST', url: '/tools/no_such_tool', headers: { authorization: `Bearer ${acct.apiKey}`, 'content-type': 'application/json' }, payload: '{}' })).statusCode).toBe(404);
+    expect(
+      (
+        await h.request({
+          method: 'POST',
+          url: '/tools/no_such_tool',
+          headers: { authorization: `Bearer ${acct.apiKey}`, 'content-type': 'application/json' },
+          payload: '{}',
+        })
+      ).statusCode,
+    ).toBe(404);
     expect((await call(acct.apiKey, { expression: '2 + 2' })).statusCode).toBe(200);
     expect(await window(acct.accountId)).toBe(4);
     // The fifth request of the minute: 429 whether its body is good or not, and nothing is held or charged for it.

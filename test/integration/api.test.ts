@@ -228,7 +228,13 @@ describe('page_fetch SSRF guard through the full call path', () => {
     const guarded = await startHarness({ FETCH_ALLOWED_HOSTS: `127.0.0.1:${rport}` }, { workers: ['web'] });
     try {
       const acct = await guarded.account('free', 0);
-      for (const url of [`http://127.0.0.1:${port}/`, 'http://169.254.169.254/latest/meta-data/', 'http://[::1]:80/', 'http://10.0.0.1/', 'http://localhost/']) {
+      for (const url of [
+        `http://127.0.0.1:${port}/`,
+        'http://169.254.169.254/latest/meta-data/',
+        'http://[::1]:80/',
+        'http://10.0.0.1/',
+        'http://localhost/',
+      ]) {
         const res = await guarded.call('page_fetch', { url }, acct.apiKey);
         expect(res.statusCode, url).toBe(400);
         expect(json(res).error).toMatchObject({ code: 'invalid_input', reason: 'blocked_address' });

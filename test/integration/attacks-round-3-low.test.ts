@@ -141,8 +141,22 @@ describe('issue 26, low findings', () => {
     );
     // Bodies: U+0000 and an unpaired surrogate (which jsonb refuses) in a tool input or a key.
     expectUnsupported(await h.call('compute', { expression: '1 + 1\u0000' }, a.apiKey));
-    expectUnsupported(await h.request({ method: 'POST', url: '/tools/compute', headers: { ...auth(a.apiKey), 'content-type': 'application/json' }, payload: '{"expression":"1 + \\ud800"}' }));
-    expectUnsupported(await h.request({ method: 'POST', url: '/tools/compute', headers: { ...auth(a.apiKey), 'content-type': 'application/json' }, payload: '{"expression":"1","\\u0000":1}' }));
+    expectUnsupported(
+      await h.request({
+        method: 'POST',
+        url: '/tools/compute',
+        headers: { ...auth(a.apiKey), 'content-type': 'application/json' },
+        payload: '{"expression":"1 + \\ud800"}',
+      }),
+    );
+    expectUnsupported(
+      await h.request({
+        method: 'POST',
+        url: '/tools/compute',
+        headers: { ...auth(a.apiKey), 'content-type': 'application/json' },
+        payload: '{"expression":"1","\\u0000":1}',
+      }),
+    );
     // MCP answers in JSON-RPC: an Invalid Request, the tool never called.
     const mcp = await h.request({
       method: 'POST',
@@ -217,13 +231,25 @@ describe('issue 26, low findings', () => {
   it('(c) sign-up answers an email used before exactly as a new one', async () => {
     const email = `taken-${Math.random().toString(36).slice(2, 10)}@example.com`;
     const signup = (address: string, remoteAddress: string) =>
-      h.request({ method: 'POST', url: '/signup', remoteAddress, headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ email: address }) });
+      h.request({
+        method: 'POST',
+        url: '/signup',
+        remoteAddress,
+        headers: { 'content-type': 'application/json' },
+        payload: JSON.stringify({ email: address }),
+      });
     const first = await signup(email, '10.26.0.1');
     const again = await signup(email.toUpperCase(), '10.26.0.2');
     const fresh = await signup(`new-${email}`, '10.26.0.3');
     const shape = (res: { statusCode: number; body: string }) => {
       const body = json(res as never);
-      return { status: res.statusCode, keys: Object.keys(body).sort(), types: Object.keys(body).sort().map((k) => typeof body[k]) };
+      return {
+        status: res.statusCode,
+        keys: Object.keys(body).sort(),
+        types: Object.keys(body)
+          .sort()
+          .map((k) => typeof body[k]),
+      };
     };
     expect(shape(again)).toEqual(shape(first));
     expect(shape(fresh)).toEqual(shape(first));

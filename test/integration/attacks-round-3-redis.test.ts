@@ -101,11 +101,22 @@ beforeAll(async () => {
     body: gzipSync(xmlUrlset(Array.from({ length: 6_000 }, (_, i) => site.url(`/m/${LONG}/${i}`)))),
   });
   // Plain-text pages of 25,000 characters: 50 of them are more than an answer may hold.
-  for (let i = 0; i < 50; i++) site.route(`/t/${i}`, { headers: { 'content-type': 'text/plain; charset=utf-8' }, body: `page ${i} `.padEnd(25_000, 'lorem ipsum ') });
+  for (let i = 0; i < 50; i++)
+    site.route(`/t/${i}`, { headers: { 'content-type': 'text/plain; charset=utf-8' }, body: `page ${i} `.padEnd(25_000, 'lorem ipsum ') });
   site.route('/small.txt', { headers: { 'content-type': 'text/plain; charset=utf-8' }, body: SENTENCES });
   cdx = await startFakeCdx();
   // Retention short enough to be seen passing in a test.
-  h = await startHarness({ FETCH_ALLOWED_HOSTS: site.hostPort, WAYBACK_CDX_URL: cdx.cdxUrl, WAYBACK_BASE_URL: cdx.baseUrl, JOB_REDIS_RETENTION_SECONDS: '2', SYNC_TIMEOUT_MS: '60000', WEB_PER_HOST: '16' }, { workers: ['web', 'text'] });
+  h = await startHarness(
+    {
+      FETCH_ALLOWED_HOSTS: site.hostPort,
+      WAYBACK_CDX_URL: cdx.cdxUrl,
+      WAYBACK_BASE_URL: cdx.baseUrl,
+      JOB_REDIS_RETENTION_SECONDS: '2',
+      SYNC_TIMEOUT_MS: '60000',
+      WEB_PER_HOST: '16',
+    },
+    { workers: ['web', 'text'] },
+  );
   redis = connectRedis(h.config.REDIS_URL);
 }, 60_000);
 
@@ -156,7 +167,8 @@ describe('bounded answers', () => {
     const acct = await h.account('enterprise', 1000);
     // Field names are cut at 300 characters and actions at 2,048: 50 such forms a page, two pages, are about 1.7 MB.
     const field = (j: number) => `<input name="${j}-${'f'.repeat(400)}">`;
-    const form = (p: string, i: number) => `<form action="/send/${p}/${'a'.repeat(1_900)}/${i}" method="post">${Array.from({ length: 50 }, (_, j) => field(j)).join('')}</form>`;
+    const form = (p: string, i: number) =>
+      `<form action="/send/${p}/${'a'.repeat(1_900)}/${i}" method="post">${Array.from({ length: 50 }, (_, j) => field(j)).join('')}</form>`;
     const page = (p: string, extra = '') => `<html><body>${extra}${Array.from({ length: 50 }, (_, i) => form(p, i)).join('')}</body></html>`;
     site.route('/forms', { body: page('one', '<a href="/forms/contact">Contact us</a>') });
     site.route('/forms/contact', { body: page('two') });
@@ -274,7 +286,12 @@ describe('a large answer is stored once, and every reader gets it whole', () => 
     expect(json(status)).toEqual({ job_id: jobId, status: 'completed', ...body });
 
     // A chain: page_fetch's large answer is the next step's q (read back from job_results by the worker).
-    const chain = await h.request({ method: 'POST', url: '/', headers: { ...auth, 'content-type': 'application/json' }, payload: { chain: ['page_fetch', 'beacon_compress'], q: site.url('/small.txt') } });
+    const chain = await h.request({
+      method: 'POST',
+      url: '/',
+      headers: { ...auth, 'content-type': 'application/json' },
+      payload: { chain: ['page_fetch', 'beacon_compress'], q: site.url('/small.txt') },
+    });
     expect(chain.statusCode, chain.body.slice(0, 300)).toBe(200);
     const chained = json(chain);
     expect(chained.steps[0].result.text).toBe(SENTENCES.trim());
@@ -406,7 +423,9 @@ describe('Redis stays flat', () => {
 
     const urls = Array.from({ length: 50 }, (_, i) => site.url(`/t/${i}`));
     // 1,000 messages of short todos: more items than max_items (5,000, the most the tool gives) lets through.
-    const transcript = Array.from({ length: 1_000 }, (_, i) => `user: ${Array.from({ length: 12 }, (_, j) => `TODO: fix ${i}-${j} now.`).join(' ')}`.padEnd(399, ' ')).join('\n');
+    const transcript = Array.from({ length: 1_000 }, (_, i) =>
+      `user: ${Array.from({ length: 12 }, (_, j) => `TODO: fix ${i}-${j} now.`).join(' ')}`.padEnd(399, ' '),
+    ).join('\n');
     const calls: Array<[string, unknown]> = [];
     // Tool by tool (the sandbox pool keeps threads per memory size: alternating tools would respawn them).
     const n = 200;
@@ -469,7 +488,8 @@ describe('Redis memory policy check', () => {
   it('warns once for an evicting policy and once for no maxmemory, and stays quiet when CONFIG is refused', async () => {
     const warned: string[] = [];
     const log = { warn: (m: string) => void warned.push(m) };
-    const fake = (policy: string, max: string) => ({ config: async (_op: string, name: string) => [name, name === 'maxmemory' ? max : policy] }) as unknown as Redis;
+    const fake = (policy: string, max: string) =>
+      ({ config: async (_op: string, name: string) => [name, name === 'maxmemory' ? max : policy] }) as unknown as Redis;
     expect(await checkMemoryPolicy(fake('allkeys-lru', '0'), log)).toHaveLength(2);
     expect(warned[0]).toMatch(/maxmemory-policy is allkeys-lru.*noeviction/);
     expect(warned[1]).toMatch(/maxmemory is 0/);

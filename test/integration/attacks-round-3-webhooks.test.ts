@@ -114,13 +114,20 @@ describe('sealing keys across restarts (the service as a process)', () => {
   async function start(extra: NodeJS.ProcessEnv = {}): Promise<{ port: number; output: () => string; stop: () => Promise<void> }> {
     const port = await closedPort();
     let out = '';
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], { cwd: repo, env: { ...env, ...extra, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+      cwd: repo,
+      env: { ...env, ...extra, PORT: String(port) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     server = child;
     child.stdout!.on('data', (d) => (out += d));
     child.stderr!.on('data', (d) => (out += d));
     const exited = once(child, 'exit');
     for (let i = 0; ; i++) {
-      const ok = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.status < 500, () => false);
+      const ok = await fetch(`http://127.0.0.1:${port}/health`).then(
+        (r) => r.status < 500,
+        () => false,
+      );
       if (ok) break;
       if (child.exitCode !== null || i > 600) throw new Error(`the service did not start:\n${out}`);
       await new Promise((r) => setTimeout(r, 100));
@@ -161,7 +168,11 @@ describe('sealing keys across restarts (the service as a process)', () => {
     expect(first.output()).not.toContain(keys.EDGE_TOKEN_KEY);
 
     // The admin CLI (same environment and data dir) makes the account.
-    const { stdout } = await promisify(execFile)('npx', ['tsx', 'src/cli/admin.ts', 'account', 'create', '--plan', 'enterprise', '--credits', '100', '--name', 'r3w'], { cwd: repo, env });
+    const { stdout } = await promisify(execFile)(
+      'npx',
+      ['tsx', 'src/cli/admin.ts', 'account', 'create', '--plan', 'enterprise', '--credits', '100', '--name', 'r3w'],
+      { cwd: repo, env },
+    );
     const apiKey = JSON.parse(stdout.trim().split('\n').pop()!).api_key as string;
     state.apiKey = apiKey;
 
@@ -228,7 +239,10 @@ describe('sealing keys across restarts (the service as a process)', () => {
     expect(fs.existsSync(dir)).toBe(false);
 
     // A worker process needs both keys too (it opens webhook secrets and passports), not a public URL.
-    const worker = await runToExit(process.execPath, ['--import', 'tsx', 'workers/index.ts', '--family', 'core'], { cwd: repo, env: { ...prod, EDGE_TOKEN_KEY: hex32() } });
+    const worker = await runToExit(process.execPath, ['--import', 'tsx', 'workers/index.ts', '--family', 'core'], {
+      cwd: repo,
+      env: { ...prod, EDGE_TOKEN_KEY: hex32() },
+    });
     expect(worker.code).toBe(1);
     expect(worker.lines, worker.out).toHaveLength(1);
     expect(worker.lines[0]).toContain('does not start without PASSPORT_KEY.');
@@ -289,7 +303,9 @@ describe('webhooks as an attacker meets them', () => {
     const replay = { ...headersOf(got), 'webhook-id': `dlv_${randomBytes(8).toString('hex')}` };
     expect(() => wh.verify(got.raw, replay)).toThrow(WebhookVerificationError);
     // Nor under another timestamp, nor with another body.
-    expect(() => wh.verify(got.raw, { ...headersOf(got), 'webhook-timestamp': String(Number(got.headers['webhook-timestamp']) - 1) })).toThrow(WebhookVerificationError);
+    expect(() => wh.verify(got.raw, { ...headersOf(got), 'webhook-timestamp': String(Number(got.headers['webhook-timestamp']) - 1) })).toThrow(
+      WebhookVerificationError,
+    );
     expect(() => wh.verify(got.raw.replace('42', '43'), headersOf(got))).toThrow(WebhookVerificationError);
   });
 
@@ -361,7 +377,8 @@ describe('webhooks as an attacker meets them', () => {
     const pending = h.container.webhooks!.pending;
     const stale = await h.account('pro', 100);
     // Three places for jobs that exist nowhere, last touched two minutes ago: what a crash leaves.
-    for (let i = 0; i < 3; i++) await h.container.redis.zadd(pending.key(stale.accountId), Date.now() - 120_000, `core-00000000-0000-0000-0000-00000000000${i}`);
+    for (let i = 0; i < 3; i++)
+      await h.container.redis.zadd(pending.key(stale.accountId), Date.now() - 120_000, `core-00000000-0000-0000-0000-00000000000${i}`);
     const res = await hooked(stale.apiKey, 'compute', { expression: '1 + 1' }, `${receiver.base}/ok/${stale.accountId}`);
     expect(res.statusCode).toBe(202);
     // The dead places are gone; the new call holds one (until its delivery, which may already be done).
@@ -382,7 +399,11 @@ describe('webhooks as an attacker meets them', () => {
     const ids = [0, 1, 2].map((i) => `core-11111111-0000-0000-0000-00000000000${i}`);
     try {
       for (const id of ids) {
-        await queue.add('deliver', { jobId: id, accountId: retrying.accountId, url: 'https://example.invalid/', deliveryId: `dlv_${id}` }, { jobId: `hook-${id}`, delay: 600_000 });
+        await queue.add(
+          'deliver',
+          { jobId: id, accountId: retrying.accountId, url: 'https://example.invalid/', deliveryId: `dlv_${id}` },
+          { jobId: `hook-${id}`, delay: 600_000 },
+        );
         await h.container.redis.zadd(pending.key(retrying.accountId), Date.now() - 120_000, id);
       }
       const waiting = await hooked(retrying.apiKey, 'compute', { expression: '1 + 1' }, `${receiver.base}/ok/${retrying.accountId}`);
@@ -398,7 +419,12 @@ describe('webhooks as an attacker meets them', () => {
   it('with PUBLIC_BASE_URL unset a Host header is reflected into /subscribe and the 402\u2019s resource only when it is the service\u2019s own', async () => {
     const subscribe = (host: string) => h.request({ method: 'GET', url: '/subscribe', headers: { host, accept: 'text/html' } });
     const resource = async (host: string) => {
-      const res = await h.request({ method: 'POST', url: '/tools/compute', headers: { host, 'content-type': 'application/json' }, payload: { expression: '1' } });
+      const res = await h.request({
+        method: 'POST',
+        url: '/tools/compute',
+        headers: { host, 'content-type': 'application/json' },
+        payload: { expression: '1' },
+      });
       expect(res.statusCode).toBe(402);
       return json(res).accepts[0].resource as string;
     };

@@ -122,7 +122,7 @@ describe('a leaked key, rotated then revoked (the leak drill)', () => {
     expectError(await get(`/jobs/${jobId}`, other.apiKey), 404, 'not_found');
   });
 
-  it('the replacement of a replacement reads the first key\'s jobs; a grace key cannot read its replacement\'s', async () => {
+  it("the replacement of a replacement reads the first key's jobs; a grace key cannot read its replacement's", async () => {
     const owner = await h.account('pro', 1_000);
     const first = await h.call('compute', { expression: '2+2' }, owner.apiKey);
     const second = await rotate(owner.apiKey, owner.keyId);
@@ -132,7 +132,7 @@ describe('a leaked key, rotated then revoked (the leak drill)', () => {
     expectError(await get(`/jobs/${later.headers['x-job-id']}`, owner.apiKey), 404, 'not_found');
   });
 
-  it('a key cannot revoke itself, and another account\'s key is not found', async () => {
+  it("a key cannot revoke itself, and another account's key is not found", async () => {
     const a = await h.account('pro', 100);
     const b = await h.account('pro', 100);
     const err = expectError(await del(`/keys/${a.keyId}`, a.apiKey), 403, 'forbidden');
@@ -208,7 +208,7 @@ describe('paying buys a price, not a wider door', () => {
     for (const tool of err.free_tools as string[]) expectError(await root({ m: tool, q: 'x' }), 401, 'unauthorized');
   });
 
-  it('each step of a paid request counts against the payer\'s rate limit, as alone', async () => {
+  it("each step of a paid request counts against the payer's rate limit, as alone", async () => {
     const payer: Hex = generatePrivateKey();
     const body = { parallel: ['compute', 'compute', 'compute'], q: '1+1' };
     const pay = async () => root(body, { 'x-payment': toHeader(await signPayment(await offer(body), { privateKey: payer })) });

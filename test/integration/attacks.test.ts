@@ -77,8 +77,16 @@ function startProbe(): { stop(): Promise<ProbeReport> } {
     if (!running) return;
     report.rounds++;
     inFlight.push(
-      timed('health', () => h.request({ method: 'GET', url: '/health' }), () => true),
-      timed('compute', () => h.call('compute', { expression: '2/3' }, probeAccount.apiKey), (b) => JSON.parse(b).result.value === 0.6666666666666666),
+      timed(
+        'health',
+        () => h.request({ method: 'GET', url: '/health' }),
+        () => true,
+      ),
+      timed(
+        'compute',
+        () => h.call('compute', { expression: '2/3' }, probeAccount.apiKey),
+        (b) => JSON.parse(b).result.value === 0.6666666666666666,
+      ),
     );
   }, 100);
   return {
@@ -150,7 +158,7 @@ describe('attack table', () => {
     }
   });
 
-  it("compute config(...) is refused and changes nothing for anyone else; help(cos) is refused", async () => {
+  it('compute config(...) is refused and changes nothing for anyone else; help(cos) is refused', async () => {
     for (const expression of ['config({number: "BigNumber", precision: 3})', 'help(cos)', 'f(x) = x^2']) {
       const res = await h.call('compute', { expression }, attacker.apiKey);
       record(`compute ${expression}`, res);
@@ -181,7 +189,11 @@ describe('attack table', () => {
   it('a flood of random well-formed keys is throttled per address', async () => {
     const statuses: number[] = [];
     for (let i = 0; i < 150; i++) {
-      const key = `cv_${randomBytes(30).toString('base64').replace(/[^A-Za-z0-9]/g, '').padEnd(40, 'x').slice(0, 40)}`;
+      const key = `cv_${randomBytes(30)
+        .toString('base64')
+        .replace(/[^A-Za-z0-9]/g, '')
+        .padEnd(40, 'x')
+        .slice(0, 40)}`;
       const res = await h.call('compute', { expression: '1' }, key);
       statuses.push(res.statusCode);
       if (i === 149) record('150 random keys from one address (last)', res);
@@ -240,7 +252,12 @@ describe('attack table', () => {
     const mcp = await h.request({
       method: 'POST',
       url: '/mcp',
-      headers: { authorization: `Bearer ${attacker.apiKey}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'idempotency-key': 'deep-3' },
+      headers: {
+        authorization: `Bearer ${attacker.apiKey}`,
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'idempotency-key': 'deep-3',
+      },
       payload: mcpBody,
     });
     record('nested JSON (5000 deep) + Idempotency-Key, MCP', mcp);

@@ -34,7 +34,10 @@ const BODIES: Array<[string, unknown]> = [
   ['an array', [1, 2, 3]],
   ['a string', 'just text'],
   ['null', null],
-  ['wrong types everywhere', { url: 42, text: { a: 1 }, query: [], expression: false, problem: null, domain: 7, video: {}, content: 1, urls: 'x', ideas: 5, claim: [], idea: 3 }],
+  [
+    'wrong types everywhere',
+    { url: 42, text: { a: 1 }, query: [], expression: false, problem: null, domain: 7, video: {}, content: 1, urls: 'x', ideas: 5, claim: [], idea: 3 },
+  ],
   ['a prototype key', JSON.parse('{"__proto__": {"polluted": true}, "constructor": {"prototype": {"x": 1}}}')],
   ['deep nesting', deep(40)],
 ];

@@ -60,7 +60,10 @@ describe('production build', () => {
     server.stderr!.on('data', (d) => (output += d));
     const exited = once(server, 'exit');
     for (let i = 0; ; i++) {
-      const ok = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.status < 500, () => false);
+      const ok = await fetch(`http://127.0.0.1:${port}/health`).then(
+        (r) => r.status < 500,
+        () => false,
+      );
       if (ok) break;
       if (server.exitCode !== null || i > 300) throw new Error(`the built service did not start:\n${output}`);
       await new Promise((r) => setTimeout(r, 100));

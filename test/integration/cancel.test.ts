@@ -204,8 +204,19 @@ describe('DELETE /jobs/{id}', () => {
         [jobId, a.accountId, a.keyId],
       );
       const settling = h.container.settler.settle({
-        jobId, accountId: a.accountId, keyId: a.keyId, tool: 'test_wait_signal', status: 'completed', amount: 2, costCents: 2,
-        result: { waited: 0 }, sandbox: false, agentName: null, usage: null, createdAt: null, holdId: null,
+        jobId,
+        accountId: a.accountId,
+        keyId: a.keyId,
+        tool: 'test_wait_signal',
+        status: 'completed',
+        amount: 2,
+        costCents: 2,
+        result: { waited: 0 },
+        sandbox: false,
+        agentName: null,
+        usage: null,
+        createdAt: null,
+        holdId: null,
       });
       await new Promise((r) => setTimeout(r, 300));
       await client.query('COMMIT');

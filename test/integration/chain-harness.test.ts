@@ -3,16 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { domainSeparator, keccak256, parseAbi, parseSignature, serializeSignature, toHex, type Address, type Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { TRANSFER_WITH_AUTHORIZATION_TYPES } from '../../src/pay/x402/verify.js';
-import {
-  DEPLOYER_KEY,
-  MULTICALL3_ADDRESS,
-  TEST_USDC_ABI,
-  USDC_ADDRESS,
-  compileContracts,
-  startChain,
-  type Chain,
-  type Wallet,
-} from '../helpers/chain.js';
+import { DEPLOYER_KEY, MULTICALL3_ADDRESS, TEST_USDC_ABI, USDC_ADDRESS, compileContracts, startChain, type Chain, type Wallet } from '../helpers/chain.js';
 
 /**
  * The local chain harness is real: anvil at Base Sepolia's chain id, TestUSDC at USDC's address with
@@ -121,12 +112,12 @@ describe('chain harness', () => {
 
   it('refuses initialize twice and mint by anyone but the owner', async () => {
     const stranger = chain.walletClient(payer.privateKey);
-    await expect(
-      stranger.writeContract({ address: USDC_ADDRESS, abi: TEST_USDC_ABI, functionName: 'initialize', args: ['X', '1', 18] }),
-    ).rejects.toThrow(/already initialized/);
-    await expect(
-      stranger.writeContract({ address: USDC_ADDRESS, abi: TEST_USDC_ABI, functionName: 'mint', args: [payer.address, 1n] }),
-    ).rejects.toThrow(/not the owner/);
+    await expect(stranger.writeContract({ address: USDC_ADDRESS, abi: TEST_USDC_ABI, functionName: 'initialize', args: ['X', '1', 18] })).rejects.toThrow(
+      /already initialized/,
+    );
+    await expect(stranger.writeContract({ address: USDC_ADDRESS, abi: TEST_USDC_ABI, functionName: 'mint', args: [payer.address, 1n] })).rejects.toThrow(
+      /not the owner/,
+    );
   });
 
   it('executes a signed TransferWithAuthorization submitted by a third party, once', async () => {

@@ -29,9 +29,7 @@ async function tempDir(prefix: string): Promise<string> {
 }
 
 function outsideNpm(): Record<string, string> {
-  return Object.fromEntries(
-    Object.entries(process.env).filter((e): e is [string, string] => e[1] !== undefined && !/^(npm_|INIT_CWD$|TOLLGATE_)/i.test(e[0])),
-  );
+  return Object.fromEntries(Object.entries(process.env).filter((e): e is [string, string] => e[1] !== undefined && !/^(npm_|INIT_CWD$|TOLLGATE_)/i.test(e[0])));
 }
 
 /** The entries of a ustar archive: name, mode and body. */
@@ -40,7 +38,11 @@ function untar(buf: Buffer): Map<string, { mode: number; body: Buffer }> {
   for (let at = 0; at + 512 <= buf.length; ) {
     const header = buf.subarray(at, at + 512);
     if (header.every((b) => b === 0)) break;
-    const field = (from: number, len: number) => header.toString('utf8', from, from + len).replace(/\0.*$/s, '').trim();
+    const field = (from: number, len: number) =>
+      header
+        .toString('utf8', from, from + len)
+        .replace(/\0.*$/s, '')
+        .trim();
     const size = parseInt(field(124, 12), 8);
     out.set(field(0, 100), { mode: parseInt(field(100, 8), 8), body: buf.subarray(at + 512, at + 512 + size) });
     at += 512 + Math.ceil(size / 512) * 512;

@@ -92,7 +92,9 @@ describe('clients that trickle their request', () => {
     await h?.close();
   });
 
-  it(`${SLOW} connections sending one byte at a time, with no key, are all cut by the request timeout while a normal call succeeds`, { timeout: 20_000 }, async () => {
+  it(`${SLOW} connections sending one byte at a time, with no key, are all cut by the request timeout while a normal call succeeds`, {
+    timeout: 20_000,
+  }, async () => {
     const acct = await h.account('pro', 100);
     const t0 = Date.now();
     for (let i = 0; i < SLOW; i++) sockets.push(await open(port, '127.0.0.1', t0));

@@ -11,7 +11,11 @@ let other: HttpTarget;
 beforeAll(async () => {
   site = await startHttpTarget(
     routes({
-      '/report': [200, { 'content-type': 'text/html; charset=utf-8' }, '<html><head><title>Report</title></head><body><main><p>In 2023 Acme had 340 employees.</p><p>Revenue rose 12% in 2023.</p></main></body></html>'],
+      '/report': [
+        200,
+        { 'content-type': 'text/html; charset=utf-8' },
+        '<html><head><title>Report</title></head><body><main><p>In 2023 Acme had 340 employees.</p><p>Revenue rose 12% in 2023.</p></main></body></html>',
+      ],
       '/notes.txt': [200, { 'content-type': 'text/plain' }, 'Acme sells only inside Europe.'],
       '/gone': [404, { 'content-type': 'text/html' }, '<p>no</p>'],
     }),
@@ -43,7 +47,11 @@ describe('cvi_verify with urls', () => {
 
   it('text mode: claims before ---, sources after, plus urls', async () => {
     const acct = await h.account('pro', 0);
-    const res = await h.call('cvi_verify', { text: 'Acme had 340 employees in 2023.\n---\nAcme was founded in 1990.', urls: [site.url('/report')] }, acct.apiKey);
+    const res = await h.call(
+      'cvi_verify',
+      { text: 'Acme had 340 employees in 2023.\n---\nAcme was founded in 1990.', urls: [site.url('/report')] },
+      acct.apiKey,
+    );
     expect(res.statusCode, res.body).toBe(200);
     expect(json(res).result.sources).toEqual(['source 1', site.url('/report')]);
     expect(json(res).result.results[0].verdict).toBe('supported');

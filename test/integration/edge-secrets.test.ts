@@ -81,7 +81,11 @@ describe('edge-network token secrecy', () => {
     expect(rejected.statusCode).toBe(403);
     expect(json(rejected).error.code).toBe('edge_token_rejected');
 
-    fake.failNext({ status: 429, headers: { 'retry-after': '17' }, errors: [{ code: 971, message: 'Please wait and consider throttling your request speed' }] });
+    fake.failNext({
+      status: 429,
+      headers: { 'retry-after': '17' },
+      errors: [{ code: 971, message: 'Please wait and consider throttling your request speed' }],
+    });
     const limited = await callEdge('cf_list_dns', { zone: 'example.com' });
     expect(limited.statusCode).toBe(429);
     expect(limited.headers['retry-after']).toBe('17');
@@ -123,9 +127,13 @@ describe('edge-network token secrecy', () => {
     // suite's stored answers, more than a buffer should.
     const url = new URL(h.config.DATABASE_URL);
     const file = join(mkdtempSync(join(tmpdir(), 'tollgate-dump-')), 'dump.sql');
-    execFileSync('pg_dump', ['--data-only', '-f', file, '-h', url.hostname, '-p', url.port || '5432', '-U', decodeURIComponent(url.username || 'postgres'), url.pathname.slice(1)], {
-      env: { ...process.env, PGPASSWORD: decodeURIComponent(url.password) },
-    });
+    execFileSync(
+      'pg_dump',
+      ['--data-only', '-f', file, '-h', url.hostname, '-p', url.port || '5432', '-U', decodeURIComponent(url.username || 'postgres'), url.pathname.slice(1)],
+      {
+        env: { ...process.env, PGPASSWORD: decodeURIComponent(url.password) },
+      },
+    );
     // grep -c: the count of matching lines (exit 1 with "0" when there are none).
     const count = (needle: string) => {
       try {

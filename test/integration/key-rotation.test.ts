@@ -73,7 +73,18 @@ describe('key rotation across two replicas (grace 2 s, keys cached 30 s)', () =>
     const old = keys.find((k) => k.key_id === acct.keyId);
     expect(old).toMatchObject({ type: 'production', replaced_by_key_id: r.key_id, expires_at: r.replaces.expires_at, revoked_at: null });
     expect(keys.find((k) => k.key_id === r.key_id)).toMatchObject({ expires_at: null, replaced_by_key_id: null, display_prefix: r.display_prefix });
-    for (const k of keys) expect(Object.keys(k).sort()).toEqual(['created_at', 'display_prefix', 'expires_at', 'key_id', 'last_used_at', 'name', 'replaced_by_key_id', 'revoked_at', 'type']);
+    for (const k of keys)
+      expect(Object.keys(k).sort()).toEqual([
+        'created_at',
+        'display_prefix',
+        'expires_at',
+        'key_id',
+        'last_used_at',
+        'name',
+        'replaced_by_key_id',
+        'revoked_at',
+        'type',
+      ]);
     expect(res.body).not.toContain(r.api_key);
     expect(res.body).not.toContain(acct.apiKey);
   });
@@ -119,7 +130,9 @@ describe('who may list and rotate keys', () => {
     ent = await h.account('enterprise', 100, { rpm: 100_000 });
     sandbox = await h.key(ent.accountId, 'test');
     const created = await h.request({
-      method: 'POST', url: '/subkeys/create', headers: { ...auth(ent.apiKey), 'content-type': 'application/json' },
+      method: 'POST',
+      url: '/subkeys/create',
+      headers: { ...auth(ent.apiKey), 'content-type': 'application/json' },
       payload: JSON.stringify({ name: 's', monthly_limit: 100, allowed_tools: ['compute'] }),
     });
     sub = json(created);
@@ -139,7 +152,7 @@ describe('who may list and rotate keys', () => {
     expect(keys).toHaveLength(3);
   });
 
-  it('another account\'s key is 404, a key id that is not a uuid 400', async () => {
+  it("another account's key is 404, a key id that is not a uuid 400", async () => {
     const other = await h.account('pro', 0);
     expectError(await rotate(h, ent.apiKey, other.keyId), 404, 'not_found');
     expectError(await rotate(h, ent.apiKey, '00000000-0000-4000-8000-000000000000'), 404, 'not_found');

@@ -263,7 +263,10 @@ describe('catalogue', () => {
 
 describe('json_object mode and admission', () => {
   it('LLM_STRUCTURED=json_object: the request uses json_object, the schema rides in the instructions, the reply is validated', async () => {
-    const h2 = await startHarness({ LLM_BASE_URL: llm.baseURL, LLM_STRUCTURED: 'json_object', DNS_SERVERS: dns.address, DNS_TIMEOUT_MS: '500' }, { workers: ['llm'] });
+    const h2 = await startHarness(
+      { LLM_BASE_URL: llm.baseURL, LLM_STRUCTURED: 'json_object', DNS_SERVERS: dns.address, DNS_TIMEOUT_MS: '500' },
+      { workers: ['llm'] },
+    );
     try {
       const a = await h2.account('pro', 100);
       llm.enqueue({ type: 'json', value: (body: any) => ({ line: `${dataBlocksOf(body).text} now` }) });

@@ -24,8 +24,10 @@ let pagesBase: string;
 let acct: TestAccount;
 
 const PAGES: Record<string, string> = {
-  '/rfc': '<html><head><title>RFC 9113 notes</title></head><body><main><p>RFC 9113 deprecates the priority signalling scheme of RFC 7540.</p><p>Servers may ignore the dependency tree entirely.</p></main></body></html>',
-  '/blog': '<html><head><title>Priority blog</title></head><body><article><p>The extensible priority scheme of RFC 9218 uses the urgency and incremental parameters.</p></article></body></html>',
+  '/rfc':
+    '<html><head><title>RFC 9113 notes</title></head><body><main><p>RFC 9113 deprecates the priority signalling scheme of RFC 7540.</p><p>Servers may ignore the dependency tree entirely.</p></main></body></html>',
+  '/blog':
+    '<html><head><title>Priority blog</title></head><body><article><p>The extensible priority scheme of RFC 9218 uses the urgency and incremental parameters.</p></article></body></html>',
 };
 
 beforeAll(async () => {
@@ -96,8 +98,18 @@ const systemOf = (body: any): string => body.messages.find((m: any) => m.role ==
 describe('every group-B tool on the fake upstream', () => {
   const cases: Array<{ name: string; input: Record<string, unknown>; calls: number; blocks: Record<string, string> }> = [
     { name: 'mind_opener', input: { problem: 'Our meal kits churn in month two.' }, calls: 1, blocks: { problem: 'Our meal kits churn in month two.' } },
-    { name: 'idea_fold', input: { ideas: ['Offer a referral discount to customers who invite friends', 'Customers who invite friends get a referral discount'] }, calls: 1, blocks: { idea_1: 'Offer a referral discount to customers who invite friends', idea_2: 'Customers who invite friends get a referral discount' } },
-    { name: 'hints_parade', input: { problem: 'The nightly CSV import got slow.', personas: ['debugger', 'ops'] }, calls: 2, blocks: { problem: 'The nightly CSV import got slow.' } },
+    {
+      name: 'idea_fold',
+      input: { ideas: ['Offer a referral discount to customers who invite friends', 'Customers who invite friends get a referral discount'] },
+      calls: 1,
+      blocks: { idea_1: 'Offer a referral discount to customers who invite friends', idea_2: 'Customers who invite friends get a referral discount' },
+    },
+    {
+      name: 'hints_parade',
+      input: { problem: 'The nightly CSV import got slow.', personas: ['debugger', 'ops'] },
+      calls: 2,
+      blocks: { problem: 'The nightly CSV import got slow.' },
+    },
     { name: 'skeptic_pov', input: { claim: 'Rust will cut our cloud bill by 70%.' }, calls: 1, blocks: { claim: 'Rust will cut our cloud bill by 70%.' } },
   ];
   it.each(cases)('$name: schema-checked result, caller text only in data blocks, strict json_schema, charged its price', async (c) => {
@@ -133,7 +145,10 @@ describe('idea_fold', () => {
       'Shorter onboarding emails, rewritten',
     ];
     const result = await callOk('idea_fold', { ideas });
-    expect(result.folds.map((f: any) => f.members.map((m: any) => m.index))).toEqual([[0, 2], [1, 4]]);
+    expect(result.folds.map((f: any) => f.members.map((m: any) => m.index))).toEqual([
+      [0, 2],
+      [1, 4],
+    ]);
     expect(result.singletons).toEqual([{ index: 3, text: ideas[3] }]);
     expect(llm.requests).toHaveLength(2);
   });
@@ -165,7 +180,10 @@ describe('hints_parade', () => {
   });
 
   it('one failing persona -> 503, uncharged', async () => {
-    llm.enqueue({ type: 'json', value: (b: any) => ({ hints: [{ hint: dataBlocksOf(b).problem, why: 'w' }] }) }, { type: 'error', status: 500, message: 'overloaded' });
+    llm.enqueue(
+      { type: 'json', value: (b: any) => ({ hints: [{ hint: dataBlocksOf(b).problem, why: 'w' }] }) },
+      { type: 'error', status: 500, message: 'overloaded' },
+    );
     const err = await callFails('hints_parade', { problem: 'p', personas: ['debugger', 'ops', 'ux'] }, 503, 'tool_unavailable');
     expect(err.upstream_status).toBe(500);
   });
@@ -208,7 +226,13 @@ describe('genius_plus', () => {
       value: (b: any) => {
         const source1 = dataBlocksOf(b).source_1!;
         const real = /RFC 9113 deprecates[^.]*\./.exec(source1)![0];
-        return { answer: 'It deprecates the old scheme [1].', citations: [{ n: 1, quote: real }, { n: 2, quote: 'RFC 9218 forbids urgency parameters.' }] };
+        return {
+          answer: 'It deprecates the old scheme [1].',
+          citations: [
+            { n: 1, quote: real },
+            { n: 2, quote: 'RFC 9218 forbids urgency parameters.' },
+          ],
+        };
       },
     });
     const problem = 'What did RFC 9113 change about HTTP/2 priorities?';
@@ -241,7 +265,7 @@ describe('catalogue and streaming', () => {
     }
   });
 
-  it('hints_parade streams each persona\'s tokens and a per-persona count before the result', async () => {
+  it("hints_parade streams each persona's tokens and a per-persona count before the result", async () => {
     const base = await h.app.listen({ port: 0, host: '127.0.0.1' });
     const res = await fetch(`${base}/`, {
       method: 'POST',
@@ -253,7 +277,10 @@ describe('catalogue and streaming', () => {
     const events = [...text.matchAll(/event: (\w+)\ndata: (.*)\n/g)].map((m) => ({ type: m[1]!, data: JSON.parse(m[2]!) }));
     const result = events.findIndex((e) => e.type === 'result');
     expect(result).toBeGreaterThan(0);
-    const before = events.slice(0, result).filter((e) => e.type === 'progress').map((e) => e.data);
+    const before = events
+      .slice(0, result)
+      .filter((e) => e.type === 'progress')
+      .map((e) => e.data);
     // Default: all eight personas, each streaming its own stage, then counted.
     expect(new Set(before.filter((p) => p.delta !== undefined).map((p) => p.stage)).size).toBe(8);
     expect(before.filter((p) => p.stage === 'personas').map((p) => p.done)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8]);

@@ -1,4 +1,3 @@
-
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -39,7 +38,10 @@ async function connect(apiKey: string): Promise<Client> {
   return client;
 }
 
-const namesFor = (plan: Plan) => TOOLS.filter((t) => planRank(t.tier) <= planRank(plan)).map((t) => t.name).sort();
+const namesFor = (plan: Plan) =>
+  TOOLS.filter((t) => planRank(t.tier) <= planRank(plan))
+    .map((t) => t.name)
+    .sort();
 
 describe('MCP with the SDK client over Streamable HTTP', () => {
   it('initializes against the stateless endpoint with tools capability and instructions', async () => {
@@ -281,7 +283,10 @@ describe('the MCP conformance suite (@modelcontextprotocol/conformance 0.1.13)',
 
   it.each(SCENARIOS)('%s passes', async (scenario) => {
     const r = await runScenario(`${proxy.url}/mcp`, scenario);
-    expect(r.checks.filter((c) => c.status === 'FAILURE'), r.output).toEqual([]);
+    expect(
+      r.checks.filter((c) => c.status === 'FAILURE'),
+      r.output,
+    ).toEqual([]);
     expect(passed(r)).toBe(true);
   });
 });
@@ -368,7 +373,9 @@ describe('Idempotency-Key on an MCP tools/call whose client hangs up', () => {
         signal,
       });
     const abort = new AbortController();
-    const first = send(abort.signal).then((r) => r.text()).catch((e: Error) => e);
+    const first = send(abort.signal)
+      .then((r) => r.text())
+      .catch((e: Error) => e);
     while (llm.requests.length === before) await new Promise((r) => setTimeout(r, 10));
     abort.abort();
     expect(await first).toBeInstanceOf(Error);
@@ -384,4 +391,3 @@ describe('Idempotency-Key on an MCP tools/call whose client hangs up', () => {
     expect(await h.ledgerCharges(acct.accountId)).toBe(1);
   });
 });
-

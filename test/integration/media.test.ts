@@ -66,7 +66,9 @@ describe('grabr_transcript through the service', () => {
     expect(body.cost_cents).toBe(8);
     expect(TranscriptOutput.parse(body.result)).toEqual(body.result);
     expect(body.result).toMatchObject({ video_id: 'queuetalk01', title: 'Queue deep dive', language: 'en', kind: 'manual', segments: CUES, truncated: false });
-    expect(body.result.text).toBe('[0:00] Welcome to the queue deep dive.\n[0:03] We start with Redis streams.\n[1:02] Then workers pick up jobs and report progress.\n[2:10] Thanks for watching!');
+    expect(body.result.text).toBe(
+      '[0:00] Welcome to the queue deep dive.\n[0:03] We start with Redis streams.\n[1:02] Then workers pick up jobs and report progress.\n[2:10] Thanks for watching!',
+    );
     expect(body.result.tracks.map((t: any) => `${t.language}/${t.kind}`)).toEqual(['en/asr', 'en/manual', 'es/manual']);
     expect(yt.captionRequests().at(-1)!.params).toMatchObject({ v: 'queuetalk01', lang: 'en', fmt: 'json3' });
     expect(await h.credits(acct.accountId)).toBe(1000 - 8);

@@ -16,9 +16,7 @@ describe('exact credit under concurrency', () => {
   it('with credit for N calls, 4N concurrent calls give exactly N successes and a balance of 0', async () => {
     const N = 25;
     const acct = await h.account('enterprise', N * 2, { rpm: 100_000 });
-    const results = await Promise.all(
-      Array.from({ length: 4 * N }, (_, i) => h.call('compute', { expression: `${i} + 1` }, acct.apiKey)),
-    );
+    const results = await Promise.all(Array.from({ length: 4 * N }, (_, i) => h.call('compute', { expression: `${i} + 1` }, acct.apiKey)));
     const ok = results.filter((r) => r.statusCode === 200);
     const refused = results.filter((r) => r.statusCode === 402);
     expect(ok).toHaveLength(N);

@@ -22,7 +22,10 @@ let doc: Record<string, any>;
 const root = path.resolve(import.meta.dirname, '../..');
 
 beforeAll(async () => {
-  h = await startHarness({ X402_ENABLED: 'true', X402_PAY_TO: `0x${'1'.repeat(40)}`, X402_SETTLEMENT: 'deferred', ADMIN_TOKEN: 'a'.repeat(32) }, { workers: [] });
+  h = await startHarness(
+    { X402_ENABLED: 'true', X402_PAY_TO: `0x${'1'.repeat(40)}`, X402_SETTLEMENT: 'deferred', ADMIN_TOKEN: 'a'.repeat(32) },
+    { workers: [] },
+  );
   doc = json(await h.request({ method: 'GET', url: '/openapi.json' }));
 });
 afterAll(() => h.close());
@@ -31,7 +34,12 @@ const METHODS = ['get', 'post', 'put', 'patch', 'delete', 'options'] as const;
 const openApiPath = (url: string) => url.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
 
 function routes() {
-  return recordedRoutes(h.app).flatMap((r) => ([] as string[]).concat(r.method).filter((m) => m !== 'HEAD').map((m) => ({ method: m, url: r.url, schema: r.schema as RouteSchema | undefined })));
+  return recordedRoutes(h.app).flatMap((r) =>
+    ([] as string[])
+      .concat(r.method)
+      .filter((m) => m !== 'HEAD')
+      .map((m) => ({ method: m, url: r.url, schema: r.schema as RouteSchema | undefined })),
+  );
 }
 
 describe('routes carry their schemas', () => {
@@ -130,7 +138,9 @@ describe('a generated client', () => {
           // A JSON body is sent as the operation's first example: the example must fit the generated type.
           const example = media?.examples ? (Object.values(media.examples)[0] as { value: unknown }).value : undefined;
           if (media) expect(example, `${m.toUpperCase()} ${p} needs a body example`).toBeDefined();
-          const init = [pathParams.length ? `params: { path: { ${pathParams.join(', ')} } }` : '', media ? `body: ${JSON.stringify(example)}` : ''].filter(Boolean);
+          const init = [pathParams.length ? `params: { path: { ${pathParams.join(', ')} } }` : '', media ? `body: ${JSON.stringify(example)}` : ''].filter(
+            Boolean,
+          );
           calls.push(`  await client.${m.toUpperCase()}(${JSON.stringify(p)}${init.length ? `, { ${init.join(', ')} }` : ''});`);
         }
       }
@@ -146,10 +156,15 @@ describe('a generated client', () => {
       await writeFile(path.join(dir, 'calls.ts'), program);
       await writeFile(
         path.join(dir, 'tsconfig.json'),
-        JSON.stringify({ compilerOptions: { strict: true, module: 'NodeNext', moduleResolution: 'NodeNext', target: 'ES2022', noEmit: true, skipLibCheck: true, types: [] }, files: ['calls.ts'] }),
+        JSON.stringify({
+          compilerOptions: { strict: true, module: 'NodeNext', moduleResolution: 'NodeNext', target: 'ES2022', noEmit: true, skipLibCheck: true, types: [] },
+          files: ['calls.ts'],
+        }),
       );
       const tsc = path.join(root, 'node_modules/typescript/bin/tsc');
-      const out = await promisify(execFile)(process.execPath, [tsc, '-p', path.join(dir, 'tsconfig.json')], { cwd: dir }).catch((e: { stdout?: string; stderr?: string }) => e);
+      const out = await promisify(execFile)(process.execPath, [tsc, '-p', path.join(dir, 'tsconfig.json')], { cwd: dir }).catch(
+        (e: { stdout?: string; stderr?: string }) => e,
+      );
       expect(`${out.stdout ?? ''}${out.stderr ?? ''}`).toBe('');
       expect(calls.length).toBeGreaterThan(TOOLS.length + 30);
     } finally {

@@ -105,7 +105,15 @@ describe('GET /openapi.json', () => {
     expect(c.schemas.ErrorCode.enum.sort()).toEqual(Object.keys(ERROR_STATUS).sort());
     expect(c.schemas.Error.properties.error.required).toEqual(['code', 'message', 'request_id']);
     expect(c.securitySchemes.bearerAuth).toMatchObject({ type: 'http', scheme: 'bearer' });
-    for (const name of ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'Retry-After', 'X-Job-Id', 'X-Payment-Required', 'X-Payment-Amount']) {
+    for (const name of [
+      'X-RateLimit-Limit',
+      'X-RateLimit-Remaining',
+      'X-RateLimit-Reset',
+      'Retry-After',
+      'X-Job-Id',
+      'X-Payment-Required',
+      'X-Payment-Amount',
+    ]) {
       expect(c.headers[name], name).toBeDefined();
     }
     expect(c.parameters['Idempotency-Key']).toMatchObject({ in: 'header', name: 'Idempotency-Key' });
@@ -189,17 +197,36 @@ describe('CORS', () => {
     expect(res.statusCode).toBe(200);
     expect(res.headers['access-control-allow-origin']).toBe('*');
     const exposed = String(res.headers['access-control-expose-headers']).split(/,\s*/);
-    for (const name of ['X-Job-Id', 'X-Request-Id', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'Retry-After', 'Idempotent-Replayed', 'Location', 'X-Payment-Response']) {
+    for (const name of [
+      'X-Job-Id',
+      'X-Request-Id',
+      'X-RateLimit-Limit',
+      'X-RateLimit-Remaining',
+      'X-RateLimit-Reset',
+      'Retry-After',
+      'Idempotent-Replayed',
+      'Location',
+      'X-Payment-Response',
+    ]) {
       expect(exposed).toContain(name);
     }
     expect(res.headers['x-job-id']).toBeTruthy();
   });
 
   it('leaves /mcp to its own origin check', async () => {
-    const pre = await h.request({ method: 'OPTIONS', url: '/mcp', headers: { origin: 'http://evil.example.com', host: 'evil.example.com', 'access-control-request-method': 'POST' } });
+    const pre = await h.request({
+      method: 'OPTIONS',
+      url: '/mcp',
+      headers: { origin: 'http://evil.example.com', host: 'evil.example.com', 'access-control-request-method': 'POST' },
+    });
     expect(pre.statusCode).toBe(403);
     expect(pre.headers['access-control-allow-origin']).toBeUndefined();
-    const res = await h.request({ method: 'POST', url: '/mcp', headers: { origin: 'http://evil.example.com', host: 'evil.example.com', 'content-type': 'application/json' }, payload: '{}' });
+    const res = await h.request({
+      method: 'POST',
+      url: '/mcp',
+      headers: { origin: 'http://evil.example.com', host: 'evil.example.com', 'content-type': 'application/json' },
+      payload: '{}',
+    });
     expect(res.statusCode).toBe(403);
     expect(json(res).error.code).toBe('forbidden');
     expect(res.headers['access-control-allow-origin']).toBeUndefined();
@@ -215,8 +242,7 @@ describe('CORS', () => {
   it('with CORS_ORIGINS set, reflects only the listed origins', async () => {
     const h2 = await startHarness({ CORS_ORIGINS: 'https://app.example.com, https://other.example.com' }, { workers: [] });
     try {
-      const pre = (o: string) =>
-        h2.request({ method: 'OPTIONS', url: '/tools/compute', headers: { origin: o, 'access-control-request-method': 'POST' } });
+      const pre = (o: string) => h2.request({ method: 'OPTIONS', url: '/tools/compute', headers: { origin: o, 'access-control-request-method': 'POST' } });
       const yes = await pre('https://app.example.com');
       expect(yes.headers['access-control-allow-origin']).toBe('https://app.example.com');
       expect(String(yes.headers.vary)).toMatch(/origin/i);

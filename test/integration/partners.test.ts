@@ -127,7 +127,9 @@ describe('partners, sign-up and shares', () => {
     expect(bal.statusCode).toBe(200);
     expect(json(bal)).toMatchObject({ plan: 'free', credits: 0 });
 
-    expect(json(await signup({ email: email(), attribution_code: 'NOPE123' }))).toMatchObject({ error: { code: 'invalid_input', reason: 'unknown_attribution_code' } });
+    expect(json(await signup({ email: email(), attribution_code: 'NOPE123' }))).toMatchObject({
+      error: { code: 'invalid_input', reason: 'unknown_attribution_code' },
+    });
     expect((await signup({ email: 'not-an-email' })).statusCode).toBe(400);
     expect((await signup({ email: email(), extra: true })).statusCode).toBe(400);
     // The same email again: another new account, answered exactly as the first (nothing tells the email was used).
@@ -149,7 +151,9 @@ describe('partners, sign-up and shares', () => {
     expect(paid.statusCode, paid.body).toBe(200);
     expect(json(paid)).toMatchObject({ cents: 1000, credits: 1000 });
     // A replay neither credits nor earns again.
-    expect((await h.request({ method: 'POST', url: '/credits/topup', headers: { ...auth, 'x-payment': header }, payload: '{"cents":1000}' })).statusCode).toBe(402);
+    expect((await h.request({ method: 'POST', url: '/credits/topup', headers: { ...auth, 'x-payment': header }, payload: '{"cents":1000}' })).statusCode).toBe(
+      402,
+    );
     const shares = await h.container.pool.any(sql.type(z.object({ revenue_cents: z.number(), share_cents: z.number(), share_pct: z.number() }))`
       SELECT revenue_cents, share_cents, share_pct FROM partner_ledger WHERE account_id = ${referred.accountId} ORDER BY id`);
     expect(shares).toEqual([{ revenue_cents: 1000, share_cents: 200, share_pct: 20 }]);
@@ -197,7 +201,12 @@ describe('partners, sign-up and shares', () => {
   it('SIGNUP_ENABLED off: POST /signup is 404, GET /subscribe still explains how to get an account', async () => {
     const off = await startHarness({}, { workers: [] });
     try {
-      const res = await off.request({ method: 'POST', url: '/signup', headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ email: email() }) });
+      const res = await off.request({
+        method: 'POST',
+        url: '/signup',
+        headers: { 'content-type': 'application/json' },
+        payload: JSON.stringify({ email: email() }),
+      });
       expect(res.statusCode).toBe(404);
       expect(json(res).error.code).toBe('not_found');
       const page = json(await off.request({ method: 'GET', url: '/subscribe', headers: { accept: 'application/json' } }));

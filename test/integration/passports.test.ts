@@ -91,7 +91,11 @@ describe('passport_store', () => {
     for (const k of keys) {
       const type = await redis.type(k);
       const values: Buffer[] =
-        type === 'hash' ? Object.values(await redis.hgetallBuffer(k)) : type === 'string' ? [(await redis.getBuffer(k))!] : (await redis.zrange(k, 0, -1)).map((m) => Buffer.from(m));
+        type === 'hash'
+          ? Object.values(await redis.hgetallBuffer(k))
+          : type === 'string'
+            ? [(await redis.getBuffer(k))!]
+            : (await redis.zrange(k, 0, -1)).map((m) => Buffer.from(m));
       expect(values.length).toBeGreaterThan(0);
       for (const v of values) {
         expect(v.includes(Buffer.from(secret))).toBe(false);
@@ -104,7 +108,10 @@ describe('passport_store', () => {
   it("another account's handle is 404 not_found for get and delete", async () => {
     const put = ok('passport_store', await store({ action: 'put', content: 'mine' }, a.apiKey));
     const other = await account();
-    for (const body of [{ action: 'get', handle: put.handle }, { action: 'delete', handle: put.handle }]) {
+    for (const body of [
+      { action: 'get', handle: put.handle },
+      { action: 'delete', handle: put.handle },
+    ]) {
       const res = await store(body, other.apiKey);
       expect(res.statusCode).toBe(404);
       expect(json(res).error.code).toBe('not_found');
@@ -136,7 +143,8 @@ describe('passport_store', () => {
     const codes = results.map((r) => r.statusCode);
     expect(codes.filter((s) => s === 200)).toHaveLength(CAP);
     expect(codes.filter((s) => s === 422)).toHaveLength(20 - CAP);
-    for (const r of results.filter((x) => x.statusCode === 422)) expect(json(r).error).toMatchObject({ code: 'limit_exceeded', limit: 'passports_per_account' });
+    for (const r of results.filter((x) => x.statusCode === 422))
+      expect(json(r).error).toMatchObject({ code: 'limit_exceeded', limit: 'passports_per_account' });
     expect(ok('passport_store', await store({ action: 'list' }, c.apiKey)).total).toBe(CAP);
     // A sandbox key of the account has its own namespace: it neither sees nor is limited by these.
     const test = await h.key(c.accountId, 'test');

@@ -176,7 +176,7 @@ describe('chain', () => {
     expect(json(await root({ chain: ['compute', 'compute'], q: '1 + 1' }, acct.apiKey)).cost_cents).toBe(4);
   });
 
-  it("checks every step against the plan before anything runs", async () => {
+  it('checks every step against the plan before anything runs', async () => {
     const acct = await h.account('free', 100);
     const res = await root({ chain: ['check_balance', 'compute'], q: 'x' }, acct.apiKey);
     expect(res.statusCode).toBe(403);

@@ -19,8 +19,15 @@ beforeAll(async () => {
   const c = h.container;
   quickSlots = new InFlightSlots(c.redis, c.config, (ids) => c.queues.liveJobs(ids), 200);
   quick = new Reconciler({
-    redis: c.redis, pool: c.pool, prefix: c.config.REDIS_PREFIX, log: c.log, credits: c.credits, slots: quickSlots,
-    liveJobs: (ids) => c.queues.liveJobs(ids), intervalSeconds: 0, holdGraceMs: 300,
+    redis: c.redis,
+    pool: c.pool,
+    prefix: c.config.REDIS_PREFIX,
+    log: c.log,
+    credits: c.credits,
+    slots: quickSlots,
+    liveJobs: (ids) => c.queues.liveJobs(ids),
+    intervalSeconds: 0,
+    holdGraceMs: 300,
   });
 });
 

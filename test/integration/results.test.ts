@@ -137,7 +137,7 @@ describe('job results in Postgres', () => {
     expect(json(got).error).toMatchObject({ code: json(res).error.code, message: json(res).error.message, job_id: jobId });
   });
 
-  it('GET /jobs lists the key\'s calls newest first, by pages, with filters; another key sees none of them', async () => {
+  it("GET /jobs lists the key's calls newest first, by pages, with filters; another key sees none of them", async () => {
     const acct = await h.account('pro', 1000);
     const second = await h.key(acct.accountId, 'production');
     const made: string[] = [];
@@ -191,7 +191,16 @@ describe('job results in Postgres', () => {
 
   it('GET /jobs refuses bad query values with 400 invalid_input in the error envelope', async () => {
     const acct = await h.account('pro', 10);
-    const cases = ['?limit=0', '?limit=201', '?limit=abc', '?limit=1.5', '?status=done', '?since=yesterday', '?cursor=garbage', `?cursor=${Buffer.from('["x","y"]').toString('base64url')}`];
+    const cases = [
+      '?limit=0',
+      '?limit=201',
+      '?limit=abc',
+      '?limit=1.5',
+      '?status=done',
+      '?since=yesterday',
+      '?cursor=garbage',
+      `?cursor=${Buffer.from('["x","y"]').toString('base64url')}`,
+    ];
     for (const q of cases) {
       const res = await listJobs(acct.apiKey, q);
       expect(res.statusCode, q).toBe(400);
@@ -223,13 +232,10 @@ describe('job results in Postgres', () => {
     expect(JSON.stringify(json(res).result).startsWith(got.result)).toBe(true);
   });
 
-  it('a result jsonb cannot hold as is (NUL, lone surrogate) is stored with U+FFFD, and fails no one else\'s settlement', async () => {
+  it("a result jsonb cannot hold as is (NUL, lone surrogate) is stored with U+FFFD, and fails no one else's settlement", async () => {
     const acct = await h.account('pro', 100);
     const other = await h.account('pro', 100);
-    const [odd, fine] = await Promise.all([
-      h.call('test_big', { n: 1, odd: true }, acct.apiKey),
-      h.call('compute', { expression: '3 * 3' }, other.apiKey),
-    ]);
+    const [odd, fine] = await Promise.all([h.call('test_big', { n: 1, odd: true }, acct.apiKey), h.call('compute', { expression: '3 * 3' }, other.apiKey)]);
     expect([odd.statusCode, fine.statusCode]).toEqual([200, 200]);
     const r = await row(odd.headers['x-job-id'] as string);
     expect(r!.body.result).toEqual({ text: 'x', nul: 'a\ufffdb', lone: 'x\ufffdy', literal: '\\u0000' });

@@ -49,7 +49,10 @@ describe('graceful stop', () => {
     });
     const exited = once(server, 'exit');
     for (let i = 0; ; i++) {
-      const ok = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.status < 500, () => false);
+      const ok = await fetch(`http://127.0.0.1:${port}/health`).then(
+        (r) => r.status < 500,
+        () => false,
+      );
       if (ok) break;
       if (i > 300) throw new Error('the service did not start');
       await new Promise((r) => setTimeout(r, 100));

@@ -54,7 +54,9 @@ describe('the stdio relay (bin/tollgate-mcp.js)', () => {
     const client = await relay({ TOLLGATE_API_KEY: acct.apiKey, TOLLGATE_URL: baseUrl });
     expect(client.getInstructions()).toMatch(/charged/);
     const { tools } = await client.listTools();
-    const expected = TOOLS.filter((t) => planRank(t.tier) <= planRank('starter')).map((t) => t.name).sort();
+    const expected = TOOLS.filter((t) => planRank(t.tier) <= planRank('starter'))
+      .map((t) => t.name)
+      .sort();
     expect(tools.map((t) => t.name).sort()).toEqual(expected);
     expect(tools.find((t) => t.name === 'hints')?.inputSchema).toMatchObject({ type: 'object', required: ['problem'] });
   });

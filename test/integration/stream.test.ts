@@ -148,7 +148,14 @@ describe('POST / with stream: true', () => {
     await s.ended;
     const queued = s.events[0]!;
     expect(queued.type).toBe('queued');
-    expect(queued.data).toMatchObject({ mode: 'chain', steps: [{ index: 0, tool: 'compute' }, { index: 1, tool: 'hints' }, { index: 2, tool: 'compute' }] });
+    expect(queued.data).toMatchObject({
+      mode: 'chain',
+      steps: [
+        { index: 0, tool: 'compute' },
+        { index: 1, tool: 'hints' },
+        { index: 2, tool: 'compute' },
+      ],
+    });
     expect(queued.data.job_id).toBe(queued.data.steps[2].job_id);
     const steps = s.events.filter((e) => e.type === 'step');
     expect(steps.map((e) => [e.data.index, e.data.tool, e.data.status])).toEqual([

@@ -22,7 +22,7 @@ const LONG = Array.from(
 ).join('\n');
 
 describe('text tools through the root protocol', () => {
-  it('chain beacon_compress → quick_vibe: the compressed text is the tone read\'s input; 2 + 5 = 7 cents', async () => {
+  it("chain beacon_compress → quick_vibe: the compressed text is the tone read's input; 2 + 5 = 7 cents", async () => {
     const acct = await h.account('pro', 1_000);
     const res = await root({ chain: ['beacon_compress', 'quick_vibe'], q: LONG }, acct.apiKey);
     expect(res.statusCode).toBe(200);

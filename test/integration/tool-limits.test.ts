@@ -19,9 +19,18 @@ afterAll(async () => {
 });
 
 describe.skipIf(!tools.length)('largest allowed inputs', () => {
-  it.each(tools.map((t) => [t.name, t] as const))('%s finishes inside its limits', async (_name, tool) => {
-    const input = tool.input.parse(tool.largestInput!());
-    const out = await pool.runTool(tool, input, { sandbox: false, accountId: 'limits', keyId: null }, { owner: 'limits', label: tool.name, limits: tool.limits });
-    if (tool.outputSchema) expect(tool.outputSchema.safeParse(out.value).success).toBe(true);
-  }, 120_000);
+  it.each(tools.map((t) => [t.name, t] as const))(
+    '%s finishes inside its limits',
+    async (_name, tool) => {
+      const input = tool.input.parse(tool.largestInput!());
+      const out = await pool.runTool(
+        tool,
+        input,
+        { sandbox: false, accountId: 'limits', keyId: null },
+        { owner: 'limits', label: tool.name, limits: tool.limits },
+      );
+      if (tool.outputSchema) expect(tool.outputSchema.safeParse(out.value).success).toBe(true);
+    },
+    120_000,
+  );
 });

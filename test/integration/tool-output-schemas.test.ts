@@ -21,12 +21,44 @@ import { run, useHarness, type Harness } from '../unit/edge/harness.js';
  */
 
 const TYPED_HERE = [
-  'compute', 'check_balance', 'page_fetch', 'domain_check', 'genius', 'hints', 'roast',
-  'cf_list_zones', 'cf_get_zone', 'cf_create_zone', 'cf_find_zone', 'cf_list_dns', 'cf_get_dns', 'cf_create_dns', 'cf_update_dns',
-  'cf_delete_dns', 'cf_bulk_dns', 'cf_ssl_status', 'cf_ssl_mode', 'cf_purge_cache', 'cf_purge_all', 'cf_dev_mode', 'cf_cache_rules',
-  'cf_under_attack', 'cf_block_ip', 'cf_firewall_rules', 'cf_threats', 'cf_analytics', 'cf_bandwidth', 'cf_list_page_rules',
-  'cf_create_page_rule', 'cf_update_page_rule', 'cf_delete_page_rule', 'cf_list_workers', 'cf_deploy_worker', 'cf_delete_worker',
-  'cf_point_to_server', 'cf_setup_email',
+  'compute',
+  'check_balance',
+  'page_fetch',
+  'domain_check',
+  'genius',
+  'hints',
+  'roast',
+  'cf_list_zones',
+  'cf_get_zone',
+  'cf_create_zone',
+  'cf_find_zone',
+  'cf_list_dns',
+  'cf_get_dns',
+  'cf_create_dns',
+  'cf_update_dns',
+  'cf_delete_dns',
+  'cf_bulk_dns',
+  'cf_ssl_status',
+  'cf_ssl_mode',
+  'cf_purge_cache',
+  'cf_purge_all',
+  'cf_dev_mode',
+  'cf_cache_rules',
+  'cf_under_attack',
+  'cf_block_ip',
+  'cf_firewall_rules',
+  'cf_threats',
+  'cf_analytics',
+  'cf_bandwidth',
+  'cf_list_page_rules',
+  'cf_create_page_rule',
+  'cf_update_page_rule',
+  'cf_delete_page_rule',
+  'cf_list_workers',
+  'cf_deploy_worker',
+  'cf_delete_worker',
+  'cf_point_to_server',
+  'cf_setup_email',
 ];
 
 const tool = (name: string): AnyTool => {
@@ -83,7 +115,14 @@ describe('core tools', () => {
   it('compute: every example, and matrix, unit, complex and boolean results', async () => {
     const t = tool('compute');
     const { ctx } = makeToolContext();
-    const inputs = [...t.examples, { expression: '[1, 2; 3, 4] * 2' }, { expression: 'sqrt(-4)' }, { expression: '3 > 2' }, { expression: 'x = 3; x ^ 2' }, { expression: '1 / 0' }];
+    const inputs = [
+      ...t.examples,
+      { expression: '[1, 2; 3, 4] * 2' },
+      { expression: 'sqrt(-4)' },
+      { expression: '3 > 2' },
+      { expression: 'x = 3; x ^ 2' },
+      { expression: '1 / 0' },
+    ];
     for (const input of inputs) check(t, await run(t, input, ctx));
   });
 
@@ -109,17 +148,31 @@ describe('web tools', () => {
   beforeAll(async () => {
     dns = await startFakeDns({
       // The examples' names, answered locally.
-      'example.com': { A: ['93.184.215.14'], AAAA: ['2606:2800:21f:cb07:6820:80da:af6b:8b2c'], MX: [{ exchange: 'mx.example.com', priority: 0 }], NS: ['a.iana-servers.net'], TXT: [['v=spf1 -all']] },
+      'example.com': {
+        A: ['93.184.215.14'],
+        AAAA: ['2606:2800:21f:cb07:6820:80da:af6b:8b2c'],
+        MX: [{ exchange: 'mx.example.com', priority: 0 }],
+        NS: ['a.iana-servers.net'],
+        TXT: [['v=spf1 -all']],
+      },
       'xn--bcher-kva.de': { A: ['91.204.46.97'], MX: [{ exchange: 'mx01.buecher.de', priority: 10 }] },
       'empty.test': {},
       'broken.test': { rcode: 2 },
     });
     site = await startHttpTarget(
       routes({
-        '/': [200, { 'content-type': 'text/html; charset=utf-8' }, '<!doctype html><html lang="en"><head><title>Example Domain</title><meta name="description" content="For examples."></head><body><p>This domain is for use in examples. <a href="/more">More</a></p></body></html>'],
+        '/': [
+          200,
+          { 'content-type': 'text/html; charset=utf-8' },
+          '<!doctype html><html lang="en"><head><title>Example Domain</title><meta name="description" content="For examples."></head><body><p>This domain is for use in examples. <a href="/more">More</a></p></body></html>',
+        ],
         '/rfc': [200, { 'content-type': 'text/html' }, `<title>RFC 9110</title>${'<p>HTTP semantics.</p>'.repeat(200)}`],
         '/plain': [200, { 'content-type': 'text/plain' }, 'just text\n'],
-        '/image': [200, { 'content-type': 'image/png', 'content-length': '4', 'content-disposition': 'inline; filename="a.png"' }, Buffer.from([0x89, 0x50, 0x4e, 0x47])],
+        '/image': [
+          200,
+          { 'content-type': 'image/png', 'content-length': '4', 'content-disposition': 'inline; filename="a.png"' },
+          Buffer.from([0x89, 0x50, 0x4e, 0x47]),
+        ],
         '/unknown': [200, {}, Buffer.from([0, 1, 2, 3])],
         '/moved': [301, { location: '/' }, ''],
         '/missing': [404, { 'content-type': 'text/html' }, '<title>Not here</title>'],
@@ -143,7 +196,7 @@ describe('web tools', () => {
     expect(statuses).toEqual(['ok', 'ok', 'no_records', 'nxdomain', 'error']);
   });
 
-  it('page_fetch: the examples\' shapes against a local site, and text, binary, unknown, redirected and cut bodies', async () => {
+  it("page_fetch: the examples' shapes against a local site, and text, binary, unknown, redirected and cut bodies", async () => {
     const t = tool('page_fetch');
     const { ctx } = makeToolContext({ env: { FETCH_ALLOWED_HOSTS: site.hostPort } });
     // The examples name live sites; the same inputs go to local pages standing in for them.
@@ -227,19 +280,67 @@ function seed(fake: FakeCloudflare, zone: FakeZone): void {
   fake.addRecord(zone, { type: 'CAA', name: '@', data: { flags: 0, tag: 'issue', value: 'letsencrypt.org' } });
   fake.addRecord(zone, { type: 'SRV', name: '_sip._tcp', data: { priority: 10, weight: 5, port: 5060, target: 'sip.example.com' } });
   const at = new Date().toISOString();
-  zone.pagerules.push({ id: PAGE_RULE_ID, targets: [{ target: 'url', constraint: { operator: 'matches', value: '*example.com/static/*' } }], actions: [{ id: 'always_use_https' }], priority: 1, status: 'active', created_on: at, modified_on: at });
-  const rule = (id: string, action: string, description: string, expression: string, action_parameters?: Record<string, unknown>) =>
-    ({ id, version: '1', action, description, expression, enabled: true, ref: id, last_updated: at, ...(action_parameters ? { action_parameters } : {}) });
-  const ruleset = (id: string, phase: string, rules: ReturnType<typeof rule>[]) => ({ id, name: 'default', kind: 'zone' as const, phase, version: '1', last_updated: at, rules });
-  zone.rulesets.set('http_request_firewall_custom', ruleset('1b2c3d4e5f60718293a4b5c6d7e8f901', 'http_request_firewall_custom', [rule('0a1b2c3d4e5f60718293a4b5c6d7e8f9', 'block', 'Block bad bots', '(http.user_agent contains "BadBot")')]));
-  zone.rulesets.set('http_request_cache_settings', ruleset('2b2c3d4e5f60718293a4b5c6d7e8f902', 'http_request_cache_settings', [rule('1a1b2c3d4e5f60718293a4b5c6d7e8f9', 'set_cache_settings', 'Bypass admin', '(starts_with(http.request.uri.path, "/admin"))', { cache: false })]));
+  zone.pagerules.push({
+    id: PAGE_RULE_ID,
+    targets: [{ target: 'url', constraint: { operator: 'matches', value: '*example.com/static/*' } }],
+    actions: [{ id: 'always_use_https' }],
+    priority: 1,
+    status: 'active',
+    created_on: at,
+    modified_on: at,
+  });
+  const rule = (id: string, action: string, description: string, expression: string, action_parameters?: Record<string, unknown>) => ({
+    id,
+    version: '1',
+    action,
+    description,
+    expression,
+    enabled: true,
+    ref: id,
+    last_updated: at,
+    ...(action_parameters ? { action_parameters } : {}),
+  });
+  const ruleset = (id: string, phase: string, rules: ReturnType<typeof rule>[]) => ({
+    id,
+    name: 'default',
+    kind: 'zone' as const,
+    phase,
+    version: '1',
+    last_updated: at,
+    rules,
+  });
+  zone.rulesets.set(
+    'http_request_firewall_custom',
+    ruleset('1b2c3d4e5f60718293a4b5c6d7e8f901', 'http_request_firewall_custom', [
+      rule('0a1b2c3d4e5f60718293a4b5c6d7e8f9', 'block', 'Block bad bots', '(http.user_agent contains "BadBot")'),
+    ]),
+  );
+  zone.rulesets.set(
+    'http_request_cache_settings',
+    ruleset('2b2c3d4e5f60718293a4b5c6d7e8f902', 'http_request_cache_settings', [
+      rule('1a1b2c3d4e5f60718293a4b5c6d7e8f9', 'set_cache_settings', 'Bypass admin', '(starts_with(http.request.uri.path, "/admin"))', { cache: false }),
+    ]),
+  );
   const worker = (id: string) => ({ id, etag: id, handlers: ['fetch'], created_on: at, modified_on: at, modules: [], metadata: {} });
-  fake.workers.set(ACCOUNT_ID, new Map([['hello-api', worker('hello-api')], ['old-worker', worker('old-worker')]]));
+  fake.workers.set(
+    ACCOUNT_ID,
+    new Map([
+      ['hello-api', worker('hello-api')],
+      ['old-worker', worker('old-worker')],
+    ]),
+  );
   const today = new Date();
   for (const back of [2, 1, 0]) {
     const date = new Date(today.getTime() - back * 86_400_000).toISOString().slice(0, 10);
     fake.seedDay(zone, date, {
-      requests: 1000, cachedRequests: 600, bytes: 5_000_000, cachedBytes: 3_000_000, encryptedBytes: 4_000_000, threats: 5, pageViews: 400, uniques: 120,
+      requests: 1000,
+      cachedRequests: 600,
+      bytes: 5_000_000,
+      cachedBytes: 3_000_000,
+      encryptedBytes: 4_000_000,
+      threats: 5,
+      pageViews: 400,
+      uniques: 120,
       status: { '200': 900, '404': 100 },
       countries: { US: { requests: 700, bytes: 3_500_000, threats: 1 }, DE: { requests: 300, bytes: 1_500_000, threats: 4 } },
       contentTypes: { html: { requests: 500, bytes: 1_000_000 }, js: { requests: 500, bytes: 4_000_000 } },
@@ -247,8 +348,24 @@ function seed(fake: FakeCloudflare, zone: FakeZone): void {
   }
   const minutesAgo = (m: number) => new Date(Date.now() - m * 60_000).toISOString().replace(/\.\d{3}Z$/, 'Z');
   zone.firewallEvents.push(
-    { datetime: minutesAgo(5), action: 'block', source: 'firewallCustom', clientIP: '198.51.100.23', clientCountryName: 'NL', clientAsn: '64500', clientRequestPath: '/wp-login.php' },
-    { datetime: minutesAgo(30), action: 'managed_challenge', source: 'securitylevel', clientIP: '203.0.113.9', clientCountryName: 'US', clientAsn: '64501', clientRequestPath: '/' },
+    {
+      datetime: minutesAgo(5),
+      action: 'block',
+      source: 'firewallCustom',
+      clientIP: '198.51.100.23',
+      clientCountryName: 'NL',
+      clientAsn: '64500',
+      clientRequestPath: '/wp-login.php',
+    },
+    {
+      datetime: minutesAgo(30),
+      action: 'managed_challenge',
+      source: 'securitylevel',
+      clientIP: '203.0.113.9',
+      clientCountryName: 'US',
+      clientAsn: '64501',
+      clientRequestPath: '/',
+    },
   );
 }
 
@@ -264,7 +381,17 @@ interface EdgeRun {
 
 const edgeTools = TOOLS.filter((t) => t.family === 'edge');
 /** Writers whose repeated call is the "already so" answer. */
-const IDEMPOTENT = new Set(['cf_update_dns', 'cf_ssl_mode', 'cf_dev_mode', 'cf_cache_rules', 'cf_under_attack', 'cf_block_ip', 'cf_firewall_rules', 'cf_point_to_server', 'cf_setup_email']);
+const IDEMPOTENT = new Set([
+  'cf_update_dns',
+  'cf_ssl_mode',
+  'cf_dev_mode',
+  'cf_cache_rules',
+  'cf_under_attack',
+  'cf_block_ip',
+  'cf_firewall_rules',
+  'cf_point_to_server',
+  'cf_setup_email',
+]);
 
 const EDGE_RUNS: EdgeRun[] = [
   // Every example, as a real call, and as a sandbox call for the tools that write.
@@ -283,7 +410,11 @@ const EDGE_RUNS: EdgeRun[] = [
   { tool: 'cf_firewall_rules', input: { zone: 'example.com', operation: 'set', name: 'Block bad bots', match: { user_agent_contains: 'BadBot' } } },
   { tool: 'cf_block_ip', input: { ip: '198.51.100.23', zone: 'example.com', mode: 'challenge', notes: 'again' }, again: true },
   { tool: 'cf_ssl_status', input: { zone: 'example.com' }, before: (h) => ((h.zone.universalSsl = false), (h.zone.certificateStatus = 'pending_deployment')) },
-  { tool: 'cf_dev_mode', input: { zone: 'example.com', enabled: false }, before: (h) => (h.zone.settings.set('development_mode', 'on'), (h.zone.devModeUntil = Date.now() + 3_600_000)) },
+  {
+    tool: 'cf_dev_mode',
+    input: { zone: 'example.com', enabled: false },
+    before: (h) => (h.zone.settings.set('development_mode', 'on'), (h.zone.devModeUntil = Date.now() + 3_600_000)),
+  },
   { tool: 'cf_setup_email', input: { zone: 'example.com', provider: 'microsoft_365', microsoft_tenant: 'contoso.onmicrosoft.com', dmarc_policy: 'reject' } },
   { tool: 'cf_setup_email', input: { zone: 'example.com', provider: 'proton', proton_verification: 'a'.repeat(40) }, sandbox: true },
   { tool: 'cf_bulk_dns', input: { zone: 'example.com', update: [{ id: RECORD_ID, content: '198.51.100.7' }], delete: [] } },

@@ -63,7 +63,13 @@ async function funded(atomic: bigint): Promise<Wallet> {
   return w;
 }
 
-const LedgerRow = z.object({ entry_key: z.string(), kind: z.string(), delta_cents: z.number(), paid_cents: z.number().nullable(), payer: z.string().nullable() });
+const LedgerRow = z.object({
+  entry_key: z.string(),
+  kind: z.string(),
+  delta_cents: z.number(),
+  paid_cents: z.number().nullable(),
+  payer: z.string().nullable(),
+});
 async function topupLines(accountId: string) {
   return h.container.pool.any(sql.type(LedgerRow)`
     SELECT entry_key, kind, delta_cents, paid_cents, payer FROM ledger WHERE account_id = ${accountId} AND kind = 'topup' AND entry_key LIKE 'topup:%' AND paid_cents IS NOT NULL ORDER BY id`);
@@ -83,7 +89,10 @@ describe('POST /credits/topup asks for the exact amount', () => {
   it('without a payment: 402 with N cents as atomic units in the v1 body and the v2 PAYMENT-REQUIRED header', async () => {
     const res = await topup(acct.apiKey, { cents: 1234 });
     expect(res.statusCode).toBe(402);
-    expect(json(res)).toMatchObject({ x402Version: 1, accepts: [{ scheme: 'exact', maxAmountRequired: '12340000', payTo, resource: 'http://localhost/credits/topup' }] });
+    expect(json(res)).toMatchObject({
+      x402Version: 1,
+      accepts: [{ scheme: 'exact', maxAmountRequired: '12340000', payTo, resource: 'http://localhost/credits/topup' }],
+    });
     expect(decodePaymentRequiredHeader(String(res.headers['payment-required']))).toMatchObject({
       x402Version: 2,
       accepts: [{ amount: '12340000', network: 'eip155:84532', payTo }],
@@ -179,7 +188,17 @@ describe('paid top-ups on chain', () => {
     // Admission's Redis cache is loaded before the top-up, then must rise with it.
     expect(await h.container.credits.available(acct.accountId)).toBe(0);
     const requirements = await offer(acct.apiKey, 500);
-    const res = await topup(acct.apiKey, { cents: 500 }, { 'PAYMENT-SIGNATURE': toHeader({ x402Version: 2, accepted: v2Accepted(requirements), payload: (await signPayment(requirements, { privateKey: payer.privateKey })).payload }) });
+    const res = await topup(
+      acct.apiKey,
+      { cents: 500 },
+      {
+        'PAYMENT-SIGNATURE': toHeader({
+          x402Version: 2,
+          accepted: v2Accepted(requirements),
+          payload: (await signPayment(requirements, { privateKey: payer.privateKey })).payload,
+        }),
+      },
+    );
     expect(res.statusCode, res.body).toBe(200);
     expect(await h.container.credits.available(acct.accountId)).toBe(500);
   });
@@ -344,7 +363,10 @@ describe('OpenAPI', () => {
     const topupOp = doc.paths['/credits/topup'].post;
     expect(Object.keys(topupOp.responses).sort()).toEqual(expect.arrayContaining(['200', '400', '401', '402', '403', '429', '503']));
     // A key (it names the account) and a payment: both, never one instead of the other.
-    expect(topupOp.security).toEqual([{ bearerAuth: [], x402Payment: [] }, { bearerAuth: [], x402PaymentV1: [] }]);
+    expect(topupOp.security).toEqual([
+      { bearerAuth: [], x402Payment: [] },
+      { bearerAuth: [], x402PaymentV1: [] },
+    ]);
     expect(topupOp.responses['402']).toEqual({ $ref: '#/components/responses/PaymentRequired' });
     expect(doc.components.schemas.TopupRequest.properties.cents).toMatchObject({ minimum: 500, maximum: 100_000 });
     expect(doc.paths['/subscribe'].get.responses['200'].content).toHaveProperty('text/html');

@@ -46,7 +46,9 @@ beforeAll(async () => {
   agent = await h.key(acct.accountId, 'agent', 'bot');
   sandbox = await h.key(acct.accountId, 'test');
   const created = await h.request({
-    method: 'POST', url: '/subkeys/create', headers: { ...auth(acct.apiKey), 'content-type': 'application/json' },
+    method: 'POST',
+    url: '/subkeys/create',
+    headers: { ...auth(acct.apiKey), 'content-type': 'application/json' },
     payload: JSON.stringify({ name: 'team-a', monthly_limit: 1000, allowed_tools: ['compute'] }),
   });
   expect(created.statusCode, created.body).toBe(201);
@@ -79,10 +81,12 @@ describe('GET /usage', () => {
     // 2 sub-key... and the chain's 2 steps) minus nothing for the sandbox call, plus one hints call.
     const prodCompute = 4; // two direct calls and the chain's two steps
     expect(u.total).toEqual({ cents: (prodCompute + 1 + 2) * compute + hints, calls: prodCompute + 1 + 2 + 1 });
-    expect(u.by_tool).toEqual(expect.arrayContaining([
-      { tool: 'compute', cents: 7 * compute, calls: 7 },
-      { tool: 'hints', cents: hints, calls: 1 },
-    ]));
+    expect(u.by_tool).toEqual(
+      expect.arrayContaining([
+        { tool: 'compute', cents: 7 * compute, calls: 7 },
+        { tool: 'hints', cents: hints, calls: 1 },
+      ]),
+    );
     expect(u.by_tool).toHaveLength(2);
     const byKey = Object.fromEntries(u.by_key.map((k: any) => [k.key_id, k]));
     expect(byKey[acct.keyId]).toMatchObject({ type: 'production', cents: prodCompute * compute + hints, calls: prodCompute + 1 });
@@ -161,8 +165,14 @@ describe('GET /usage/entries', () => {
   });
 
   it.each([
-    ['limit=0'], ['limit=201'], ['limit=abc'], ['cursor=not-a-cursor'], ['cursor=' + Buffer.from('[1,2]').toString('base64url')],
-    ['key_id=nope'], ['since=yesterday'], ['colour=blue'],
+    ['limit=0'],
+    ['limit=201'],
+    ['limit=abc'],
+    ['cursor=not-a-cursor'],
+    ['cursor=' + Buffer.from('[1,2]').toString('base64url')],
+    ['key_id=nope'],
+    ['since=yesterday'],
+    ['colour=blue'],
   ])('%s is 400 invalid_input', async (q) => {
     const res = await get(`/usage/entries?${q}`, acct.apiKey);
     expect(res.statusCode, res.body).toBe(400);
@@ -192,11 +202,7 @@ describe('GET /usage/entries', () => {
       pages++;
     } while (cursor);
     // GET /usage while lines keep landing: its figures come from one snapshot, so they agree.
-    const during = await Promise.all([
-      get('/usage', other.apiKey),
-      h.call('compute', { expression: '7 * 7' }, other.apiKey),
-      get('/usage', other.apiKey),
-    ]);
+    const during = await Promise.all([get('/usage', other.apiKey), h.call('compute', { expression: '7 * 7' }, other.apiKey), get('/usage', other.apiKey)]);
     for (const res of [during[0], during[2]]) {
       const u = json(res);
       const sum = (xs: any[], f: string) => xs.reduce((s, x) => s + x[f], 0);

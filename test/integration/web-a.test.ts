@@ -42,16 +42,24 @@ beforeAll(async () => {
   );
   tlsSite = await startHttpTarget(routes({ '/': [200, { 'content-type': 'text/plain' }, 'deployed v7'] }), { tls: true });
   forbidden = await startHttpTarget(routes({ '/': [200, {}, 'secret'] }));
-  dns.set('site-a.test', { A: ['127.0.0.1'], MX: [{ exchange: 'mail.site-a.test', priority: 5 }], NS: ['ns.site-a.test'], TXT: ['v=spf1 mx ~all', 'hello=world'] });
+  dns.set('site-a.test', {
+    A: ['127.0.0.1'],
+    MX: [{ exchange: 'mail.site-a.test', priority: 5 }],
+    NS: ['ns.site-a.test'],
+    TXT: ['v=spf1 mx ~all', 'hello=world'],
+  });
   dns.set('_dmarc.site-a.test', { TXT: ['v=DMARC1; p=reject; rua=mailto:r@site-a.test'] });
   dns.set('inside.test', { A: ['192.168.1.20'] });
   // The examples' hosts resolve to 127.0.0.2, admitted on 443, where a self-signed site answers if it could bind.
   try {
-    examples = await startHttpTarget(routes({ '/': [200, { 'content-type': 'text/html' }, '<html><head><title>Example Domain</title></head><body><h1>Example Domain</h1></body></html>'] }), {
-      host: '127.0.0.2',
-      port: 443,
-      tls: true,
-    });
+    examples = await startHttpTarget(
+      routes({ '/': [200, { 'content-type': 'text/html' }, '<html><head><title>Example Domain</title></head><body><h1>Example Domain</h1></body></html>'] }),
+      {
+        host: '127.0.0.2',
+        port: 443,
+        tls: true,
+      },
+    );
   } catch {
     examples = null;
   }
@@ -108,7 +116,11 @@ describe('web group A through the service', () => {
     search.requests.length = 0;
     const before = await h.credits(acct.accountId);
     const result = resultOf('web_search', await h.call('web_search', { query: 'contract summariser extension', limit: 3 }, acct.apiKey));
-    expect(result.results.map((r: { url: string }) => r.url)).toEqual(['https://recipes.test/bread', 'https://copy.test/contracts', `https://misc.test/${'contract summariser extension'.length}`]);
+    expect(result.results.map((r: { url: string }) => r.url)).toEqual([
+      'https://recipes.test/bread',
+      'https://copy.test/contracts',
+      `https://misc.test/${'contract summariser extension'.length}`,
+    ]);
     expect(search.requests[0]!.params['q']).toBe('contract summariser extension');
     expect(await h.credits(acct.accountId)).toBe(before);
   });
@@ -184,8 +196,13 @@ describe('web group A through the service', () => {
 
   it('grabr_wayback: the fake received the mapped parameters; an upstream that is down is 503', async () => {
     cdx.cdxRequests.length = 0;
-    const r = resultOf('grabr_wayback', await h.call('grabr_wayback', { url: 'https://w.test/', match: 'prefix', from: '2020', limit: 5, order: 'oldest' }, acct.apiKey));
-    expect(cdx.cdxRequests).toEqual([{ url: 'https://w.test/', output: 'json', matchType: 'prefix', fl: 'timestamp,original,statuscode,mimetype,digest,length', from: '2020', limit: '5' }]);
+    const r = resultOf(
+      'grabr_wayback',
+      await h.call('grabr_wayback', { url: 'https://w.test/', match: 'prefix', from: '2020', limit: 5, order: 'oldest' }, acct.apiKey),
+    );
+    expect(cdx.cdxRequests).toEqual([
+      { url: 'https://w.test/', output: 'json', matchType: 'prefix', fl: 'timestamp,original,statuscode,mimetype,digest,length', from: '2020', limit: '5' },
+    ]);
     expect(r).toMatchObject({ total: 2, distinct_versions: 2, first: '20200102030405', last: '20230102030405' });
     cdx.failWith = 503;
     try {

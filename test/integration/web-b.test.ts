@@ -81,7 +81,9 @@ function routeSitemaps(): void {
   });
   site.route('/sm/b.xml.gz', {
     headers: gz,
-    body: gzipSync(xmlUrlset([site.url('/p/1?a=1&amp;b=2'), site.url('/p/2'), site.url('/p/3'), { loc: site.url('/blog/3'), lastmod: '2025-06-30T10:00:00Z' }])),
+    body: gzipSync(
+      xmlUrlset([site.url('/p/1?a=1&amp;b=2'), site.url('/p/2'), site.url('/p/3'), { loc: site.url('/blog/3'), lastmod: '2025-06-30T10:00:00Z' }]),
+    ),
   });
   site.route('/sm/lol.xml', {
     headers: { 'content-type': 'application/xml' },
@@ -108,7 +110,10 @@ beforeAll(async () => {
   site = await startFixtureSite();
   site2 = await startFixtureSite();
   tls = await startFixtureSite({ https: true });
-  h = await startHarness({ FETCH_ALLOWED_HOSTS: `${site.hostPort},${site2.hostPort},${tls.hostPort}`, GRABR_SITEMAP_MAX_BYTES: String(SITEMAP_CAP) }, { workers: ['web'] });
+  h = await startHarness(
+    { FETCH_ALLOWED_HOSTS: `${site.hostPort},${site2.hostPort},${tls.hostPort}`, GRABR_SITEMAP_MAX_BYTES: String(SITEMAP_CAP) },
+    { workers: ['web'] },
+  );
   const acct = await h.account('enterprise', 1000);
   key = acct.apiKey;
   accountId = acct.accountId;
@@ -209,11 +214,17 @@ describe('grabr_scrape', () => {
       res.write('<html><head><title>Huge</title></head><body><h1>Big</h1>');
       const chunk = Buffer.from('<p>lorem ipsum dolor sit amet</p>'.repeat(32_768)); // ~1 MB
       for (let sent = 0; sent < 100_000_000 && !res.destroyed; sent += chunk.length) {
-        if (!res.write(chunk)) await new Promise<void>((r) => { res.once('drain', r); res.once('close', r); });
+        if (!res.write(chunk))
+          await new Promise<void>((r) => {
+            res.once('drain', r);
+            res.once('close', r);
+          });
       }
       res.end();
     });
-    site.route('/deep', { body: `<html><head><title>Deep</title></head><body><h1>Top</h1>${'<div>'.repeat(100_000)}x${'</div>'.repeat(100_000)}</body></html>` });
+    site.route('/deep', {
+      body: `<html><head><title>Deep</title></head><body><h1>Top</h1>${'<div>'.repeat(100_000)}x${'</div>'.repeat(100_000)}</body></html>`,
+    });
     const t0 = Date.now();
     const huge = await h.call('grabr_scrape', { url: site.url('/huge'), fields: { h: 'h1' } }, key);
     expect(huge.statusCode, huge.body).toBe(200);
@@ -279,7 +290,15 @@ describe('grabr_contact', () => {
       { network: 'linkedin', url: 'https://www.linkedin.com/company/acme', sources: [home] },
     ]);
     expect(result.addresses).toEqual([
-      { street: 'Hauptstr. 1', locality: 'Berlin', region: null, postal_code: '10115', country: 'DE', text: 'Hauptstr. 1, 10115 Berlin, DE', sources: [imprint] },
+      {
+        street: 'Hauptstr. 1',
+        locality: 'Berlin',
+        region: null,
+        postal_code: '10115',
+        country: 'DE',
+        text: 'Hauptstr. 1, 10115 Berlin, DE',
+        sources: [imprint],
+      },
     ]);
     expect(result.forms).toEqual([{ action: site.url('/c/send'), method: 'POST', fields: ['email', 'message'], sources: [imprint] }]);
   }, 30_000);

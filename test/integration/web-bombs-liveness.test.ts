@@ -20,7 +20,10 @@ const LAUGHS =
 beforeAll(async () => {
   site = await startFixtureSite();
   site.route('/robots.txt', { body: 'User-agent: *\nAllow: /\n', headers: { 'content-type': 'text/plain' } });
-  site.route('/deep', { body: `<html><head><title>Deep</title></head><body>${'<div>'.repeat(150_000)}x${'</div>'.repeat(150_000)}</body></html>`, headers: { 'content-type': 'text/html' } });
+  site.route('/deep', {
+    body: `<html><head><title>Deep</title></head><body>${'<div>'.repeat(150_000)}x${'</div>'.repeat(150_000)}</body></html>`,
+    headers: { 'content-type': 'text/html' },
+  });
   site.route('/wide', { body: `<html><body>${'<p><a href="/x">x</a></p>'.repeat(200_000)}</body></html>`, headers: { 'content-type': 'text/html' } });
   site.route('/lol.xml', { body: LAUGHS, headers: { 'content-type': 'application/xml' } });
   site.route('/bomb.html', { body: gzipSync(Buffer.alloc(200_000_000, 0x3c)), headers: { 'content-type': 'text/html', 'content-encoding': 'gzip' } });
@@ -61,7 +64,13 @@ describe('parser bombs with a probe', () => {
     await probe;
     type Answer = { status: number; body: any };
     const [deep, wide, bomb, fetched, laughs, many, batch] = calls.map((c) => ({ status: c.statusCode, body: json(c) })) as [
-      Answer, Answer, Answer, Answer, Answer, Answer, Answer,
+      Answer,
+      Answer,
+      Answer,
+      Answer,
+      Answer,
+      Answer,
+      Answer,
     ];
     expect(deep.status).toBe(200);
     expect(deep.body.result.truncated).toBe(true);

@@ -106,7 +106,9 @@ describe('webhooks', () => {
     expect(json(await h.request({ method: 'GET', url: '/webhooks/secret', headers: auth(acct.apiKey) })).secret).toBe(json(rolled).secret);
 
     // At rest it is sealed, and it never reaches the logs.
-    const sealed = await h.container.pool.oneFirst(sql.type(z.object({ sealed: z.string() }))`SELECT sealed FROM webhook_secrets WHERE account_id = ${acct.accountId}`);
+    const sealed = await h.container.pool.oneFirst(
+      sql.type(z.object({ sealed: z.string() }))`SELECT sealed FROM webhook_secrets WHERE account_id = ${acct.accountId}`,
+    );
     expect(sealed).toMatch(/^v1\./);
     expect(sealed).not.toContain(json(rolled).secret.slice(6));
     expect(h.logs.join('')).not.toContain(secret);
@@ -261,7 +263,6 @@ describe('webhooks', () => {
     const jobId = json(res).job_id as string;
     const got = await until('the root delivery', () => received.find((r) => r.path === path));
     expect(JSON.parse(got.raw)).toMatchObject({ job_id: jobId, status: 'completed', result: { value: 42 } });
-
   });
 
   it('a chain and a parallel request are each delivered once, when every step has ended, with the body GET /jobs/{root} answers', async () => {
@@ -285,7 +286,11 @@ describe('webhooks', () => {
     // The second step gets "zeros(1000)"'s text and fails: the request fails, and that is delivered.
     const failedId = await send({ chain: ['compute', 'compute'], q: 'zeros(1000)' }, failedPath);
 
-    for (const [path, id] of [[chainPath, chainId], [parallelPath, parallelId], [failedPath, failedId]] as const) {
+    for (const [path, id] of [
+      [chainPath, chainId],
+      [parallelPath, parallelId],
+      [failedPath, failedId],
+    ] as const) {
       const got = await until(`the delivery for ${path}`, () => received.find((r) => r.path === path));
       expect(got.headers['tollgate-job-id']).toBe(id);
       expect(verifies(secret, got)).toBe(true);
@@ -363,10 +368,15 @@ describe('webhooks', () => {
 
   it('does not follow redirects, and a receiver that never answers times out; both are retried and recorded', async () => {
     const acct = await account();
-    const redirect = await h.call('compute', { expression: '1' }, acct.apiKey, { prefer: 'respond-async', 'callback-url': `${base}/redirect/${acct.accountId}` });
+    const redirect = await h.call('compute', { expression: '1' }, acct.apiKey, {
+      prefer: 'respond-async',
+      'callback-url': `${base}/redirect/${acct.accountId}`,
+    });
     const hang = await h.call('compute', { expression: '2' }, acct.apiKey, { prefer: 'respond-async', 'callback-url': `${base}/hang/${acct.accountId}` });
     const view = async (jobId: string) => json(await h.request({ method: 'GET', url: `/jobs/${jobId}`, headers: auth(acct.apiKey) })).webhook;
-    const r = await until('two redirect attempts', async () => ((await view(json(redirect).job_id))?.deliveries.length >= 2 ? view(json(redirect).job_id) : undefined));
+    const r = await until('two redirect attempts', async () =>
+      (await view(json(redirect).job_id))?.deliveries.length >= 2 ? view(json(redirect).job_id) : undefined,
+    );
     expect(r.deliveries[0]).toMatchObject({ status: 307, ok: false });
     expect(r.delivered_at).toBeNull();
     expect(received.some((x) => x.path.startsWith('/followed/'))).toBe(false);
@@ -375,7 +385,7 @@ describe('webhooks', () => {
     expect(t.deliveries[0].error).toMatch(/timed out|timeout/i);
   });
 
-  it('every delivery this file received verifies with its account\'s secret (Standard Webhooks, `standardwebhooks`)', async () => {
+  it("every delivery this file received verifies with its account's secret (Standard Webhooks, `standardwebhooks`)", async () => {
     expect(received.length).toBeGreaterThan(10);
     for (const r of received) {
       const apiKey = keys.get(r.path.split('/')[2]!);

@@ -102,7 +102,11 @@ describe('unmodified x402 clients pay against the self-settled chain', () => {
     expect(await chain.balanceOf(payTo)).toBe(before.payTo + 20_000n);
     expect(await paymentsOf(payer.address)).toEqual([{ status: 'settled', tx_hash: settlement.transaction, error: null, x402_version: 2 }]);
     // v1 clients read the same settlement, network by name.
-    expect(decodeXPaymentResponse(res.headers.get('X-PAYMENT-RESPONSE')!)).toMatchObject({ success: true, transaction: settlement.transaction, network: 'base-sepolia' });
+    expect(decodeXPaymentResponse(res.headers.get('X-PAYMENT-RESPONSE')!)).toMatchObject({
+      success: true,
+      transaction: settlement.transaction,
+      network: 'base-sepolia',
+    });
   });
 
   it('x402-fetch 1.x (v1), documented set-up: pays the same way through X-PAYMENT', async () => {
@@ -158,7 +162,11 @@ describe('no work without verified funds', () => {
   it('a payer holding less than the price is refused the same way', async () => {
     const payer = await funded(19_999n);
     const requirements = await offer('/tools/compute', { expression: '1+1' });
-    const res = await post('/tools/compute', { expression: '1+1' }, { 'X-PAYMENT': toHeader(await signPayment(requirements, { privateKey: payer.privateKey })) });
+    const res = await post(
+      '/tools/compute',
+      { expression: '1+1' },
+      { 'X-PAYMENT': toHeader(await signPayment(requirements, { privateKey: payer.privateKey })) },
+    );
     expect(res.status).toBe(402);
     expect(await res.json()).toMatchObject({ reason: 'insufficient_funds' });
     expect(await chain.balanceOf(payer.address)).toBe(19_999n);
@@ -196,7 +204,9 @@ describe('one authorization, one settlement', () => {
     const requirements = await offer('/tools/compute', { expression: '1+1' });
     const payToBefore = await chain.balanceOf(payTo);
     const answers = await Promise.all(
-      payers.map(async (p) => post('/tools/compute', { expression: '1+1' }, { 'X-PAYMENT': toHeader(await signPayment(requirements, { privateKey: p.privateKey })) })),
+      payers.map(async (p) =>
+        post('/tools/compute', { expression: '1+1' }, { 'X-PAYMENT': toHeader(await signPayment(requirements, { privateKey: p.privateKey })) }),
+      ),
     );
     expect(answers.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
     const hashes = answers.map((r) => decodeXPaymentResponse(r.headers.get('X-PAYMENT-RESPONSE')!).transaction);

@@ -63,7 +63,9 @@ describe('start-up refusals', () => {
       expect(r.code).toBe(1);
       expect(r.stderr.trim().split('\n')).toHaveLength(1);
     }
-    expect(none.stderr).toMatch(/^tollgate: Invalid configuration: X402_SETTLEMENT: X402_ENABLED=true needs exactly one settlement mode: set X402_FACILITATOR_URL .*X402_RPC_URL \+ X402_SETTLER_PRIVATE_KEY.*X402_SETTLEMENT=deferred/);
+    expect(none.stderr).toMatch(
+      /^tollgate: Invalid configuration: X402_SETTLEMENT: X402_ENABLED=true needs exactly one settlement mode: set X402_FACILITATOR_URL .*X402_RPC_URL \+ X402_SETTLER_PRIVATE_KEY.*X402_SETTLEMENT=deferred/,
+    );
     expect(two.stderr).toMatch(/facilitator and deferred are both configured/);
     expect(unsupported.stderr).toMatch(/does not support scheme exact on eip155:84532 \(base-sepolia\); it lists v2 exact on eip155:8453/);
     expect(unreachable.stderr).toMatch(/cannot reach the x402 facilitator at http:\/\/127\.0\.0\.1:9/);
@@ -187,7 +189,10 @@ describe('tools with side effects are not sold per call', () => {
   beforeAll(async () => {
     cf = await startFakeCloudflare();
     fake = await startFakeFacilitator();
-    h = await startHarness({ X402_ENABLED: 'true', X402_PAY_TO: PAY_TO, X402_FACILITATOR_URL: fake.url, CF_API_BASE_URL: cf.url }, { workers: ['core', 'edge'] });
+    h = await startHarness(
+      { X402_ENABLED: 'true', X402_PAY_TO: PAY_TO, X402_FACILITATOR_URL: fake.url, CF_API_BASE_URL: cf.url },
+      { workers: ['core', 'edge'] },
+    );
   });
   afterAll(async () => {
     await h?.close();
@@ -205,7 +210,10 @@ describe('tools with side effects are not sold per call', () => {
 
   it.each(cases)('%s: 401 before any payment is asked, even with a payment attached; nothing reaches Cloudflare', async (_name, url, body) => {
     const facilitatorCalls = fake.requests.length;
-    for (const headers of [{}, { 'x-payment': toHeader(await signPayment(await offer(h, '/tools/compute', { expression: '1' }), { privateKey: newPayerKey() })) }]) {
+    for (const headers of [
+      {},
+      { 'x-payment': toHeader(await signPayment(await offer(h, '/tools/compute', { expression: '1' }), { privateKey: newPayerKey() })) },
+    ]) {
       const res = await h.app.inject({ method: 'POST', url, payload: body as object, headers });
       expect(res.statusCode).toBe(401);
       expect(json(res).error).toMatchObject({ code: 'unauthorized', message: expect.stringMatching(/not sold per call: send an API key/) });

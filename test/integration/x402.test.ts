@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, inject, it, } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createPool } from 'slonik';
 import { z } from 'zod';
 import type { Hex } from 'viem';
@@ -57,8 +57,21 @@ afterAll(async () => {
   await admin.end();
 });
 
-const LedgerRow = z.object({ entry_key: z.string(), account_id: z.string().nullable(), kind: z.string(), tool: z.string().nullable(), delta_cents: z.number() });
-const PaymentRow = z.object({ id: z.string(), status: z.string(), tool: z.string(), value_atomic: z.string(), tx_hash: z.string().nullable(), error: z.string().nullable() });
+const LedgerRow = z.object({
+  entry_key: z.string(),
+  account_id: z.string().nullable(),
+  kind: z.string(),
+  tool: z.string().nullable(),
+  delta_cents: z.number(),
+});
+const PaymentRow = z.object({
+  id: z.string(),
+  status: z.string(),
+  tool: z.string(),
+  value_atomic: z.string(),
+  tx_hash: z.string().nullable(),
+  error: z.string().nullable(),
+});
 const Count = z.object({ n: z.number() });
 
 const ledgerOf = (payer: string) =>
@@ -172,7 +185,13 @@ describe('a signed payment', () => {
     expect(String(res.headers['access-control-expose-headers'])).toContain('X-Payment-Response');
     expect(await paymentsOf(payer.address)).toMatchObject([{ status: 'awaiting_settlement', tool: 'compute', value_atomic: '20000', tx_hash: null }]);
     expect(await ledgerOf(payer.address)).toEqual([
-      { entry_key: expect.stringMatching(new RegExp(`^x402:.+:${res.headers['x-job-id']}$`)), account_id: null, kind: 'payment', tool: 'compute', delta_cents: -2 },
+      {
+        entry_key: expect.stringMatching(new RegExp(`^x402:.+:${res.headers['x-job-id']}$`)),
+        account_id: null,
+        kind: 'payment',
+        tool: 'compute',
+        delta_cents: -2,
+      },
     ]);
   });
 
@@ -183,12 +202,14 @@ describe('a signed payment', () => {
     [
       'expired',
       'payment_expired',
-      async (req, key) => toHeader(await signPayment(req, { privateKey: key, authorization: { validAfter: String(now() - 600), validBefore: String(now() - 10) } })),
+      async (req, key) =>
+        toHeader(await signPayment(req, { privateKey: key, authorization: { validAfter: String(now() - 600), validBefore: String(now() - 10) } })),
     ],
     [
       'not yet valid',
       'payment_not_yet_valid',
-      async (req, key) => toHeader(await signPayment(req, { privateKey: key, authorization: { validAfter: String(now() + 3600), validBefore: String(now() + 7200) } })),
+      async (req, key) =>
+        toHeader(await signPayment(req, { privateKey: key, authorization: { validAfter: String(now() + 3600), validBefore: String(now() + 7200) } })),
     ],
     ['for another network', 'invalid_network', async (req, key) => toHeader(await signPayment(req, { privateKey: key, network: 'base' }))],
     [
@@ -274,7 +295,11 @@ describe('a standard x402 client', () => {
     const first = await fetch(url, init);
     expect(first.status).toBe(402);
     const { x402Version, accepts } = (await first.json()) as { x402Version: number; accepts: unknown[] };
-    const chosen = selectPaymentRequirements(accepts.map((a) => PaymentRequirementsSchema.parse(a)), 'base-sepolia', 'exact');
+    const chosen = selectPaymentRequirements(
+      accepts.map((a) => PaymentRequirementsSchema.parse(a)),
+      'base-sepolia',
+      'exact',
+    );
     const wallet = await createSigner('base-sepolia', payerKey);
     const header = await createPaymentHeader(wallet, x402Version, chosen);
     const paid = await fetch(url, { ...init, headers: { ...init.headers, 'X-PAYMENT': header } });
@@ -393,7 +418,15 @@ describe('operator commands (npm run admin -- payments ...)', () => {
     try {
       const { stdout } = await run(process.execPath, ['--import', 'tsx', 'src/cli/admin.ts', ...args], {
         cwd: root,
-        env: { ...process.env, DATABASE_URL: dbUrl, REDIS_URL: h.config.REDIS_URL, REDIS_PREFIX: h.config.REDIS_PREFIX, LOG_LEVEL: 'warn', X402_PAY_TO: PAY_TO, ...env },
+        env: {
+          ...process.env,
+          DATABASE_URL: dbUrl,
+          REDIS_URL: h.config.REDIS_URL,
+          REDIS_PREFIX: h.config.REDIS_PREFIX,
+          LOG_LEVEL: 'warn',
+          X402_PAY_TO: PAY_TO,
+          ...env,
+        },
       });
       return { code: 0, stdout, stderr: '' };
     } catch (e) {
@@ -404,7 +437,12 @@ describe('operator commands (npm run admin -- payments ...)', () => {
 
   async function awaitingPayment(): Promise<string> {
     const payer = newPayer();
-    const res = await pay(h, 'compute', { expression: '1+1' }, toHeader(await signPayment(await offer(h, 'compute', { expression: '1+1' }), { privateKey: payer.key })));
+    const res = await pay(
+      h,
+      'compute',
+      { expression: '1+1' },
+      toHeader(await signPayment(await offer(h, 'compute', { expression: '1+1' }), { privateKey: payer.key })),
+    );
     expect(res.statusCode).toBe(200);
     return (await paymentsOf(payer.address))[0]!.id;
   }
@@ -418,7 +456,10 @@ describe('operator commands (npm run admin -- payments ...)', () => {
     expect(listed.count).toBe(ids.length);
     expect(listed.payments.find((p: { id: string }) => p.id === c)).toMatchObject({ tool: 'compute', value_atomic: '20000', expired: false });
 
-    const lines = (await admin(['payments', 'export'])).stdout.trim().split('\n').map((l) => JSON.parse(l));
+    const lines = (await admin(['payments', 'export'])).stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(lines.map((l) => l.id)).toEqual(ids);
     for (const l of lines) expect(SettleRequestSchema.safeParse(l.settle_request).success).toBe(true);
 

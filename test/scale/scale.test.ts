@@ -126,9 +126,13 @@ describe('scaled out: Redis Cluster, two APIs, two workers per family', () => {
   });
 
   it('the admin CLI works against the cluster', async () => {
-    const { stdout } = await exec(process.execPath, ['--import', 'tsx', 'src/cli/admin.ts', 'account', 'create', '--plan', 'pro', '--credits', '40', '--name', 'scale-cli'], {
-      env: { ...baseEnv, REDIS_CLUSTER_NODES: cluster.nodes.join(',') },
-    });
+    const { stdout } = await exec(
+      process.execPath,
+      ['--import', 'tsx', 'src/cli/admin.ts', 'account', 'create', '--plan', 'pro', '--credits', '40', '--name', 'scale-cli'],
+      {
+        env: { ...baseEnv, REDIS_CLUSTER_NODES: cluster.nodes.join(',') },
+      },
+    );
     const created = JSON.parse(stdout) as { account_id: string; api_key: string };
     const r = await post(1, '/tools/compute', created.api_key, { expression: '6 * 7' });
     expect(r.status).toBe(200);
@@ -341,7 +345,12 @@ describe('scaled out: Redis Cluster, two APIs, two workers per family', () => {
     }
     process.stdout.write(
       `\nprimary killed mid-load: ${CALLS} sent, ${ok} answered 200, ` +
-        `${outcomes.filter((o) => o.status !== 200).map((o) => o.status).join(',') || 'no other answers'}; holds ${s.holds}, slots ${s.slots}, avail = credits ${s.availOk}; ` +
+        `${
+          outcomes
+            .filter((o) => o.status !== 200)
+            .map((o) => o.status)
+            .join(',') || 'no other answers'
+        }; holds ${s.holds}, slots ${s.slots}, avail = credits ${s.availOk}; ` +
         `load ${(loadMs / 1000).toFixed(1)} s, quiet again ${(quietMs / 1000).toFixed(1)} s later\n`,
     );
     // What the failover did to callers is a 503 with Retry-After (uncharged), never an internal error.

@@ -33,7 +33,11 @@ function service(over: Partial<PassportDeps['config']> = {}, deps: Partial<Passp
   return { svc: new PassportService({ redis, config, ...deps }), prefix, config };
 }
 
-const scope = (accountId: string = randomUUID(), callerKeyId: string | null = randomUUID(), sandbox = false): PassportScope => ({ accountId, callerKeyId, sandbox });
+const scope = (accountId: string = randomUUID(), callerKeyId: string | null = randomUUID(), sandbox = false): PassportScope => ({
+  accountId,
+  callerKeyId,
+  sandbox,
+});
 
 async function code(p: Promise<unknown>): Promise<string> {
   try {
@@ -69,7 +73,14 @@ describe('put and get', () => {
     expect(put.sha256).toBe(sha(content));
     const got = await svc.get(s, put.handle);
     expect(Buffer.from(got.content, 'utf8').equals(Buffer.from(content, 'utf8'))).toBe(true);
-    expect(got).toMatchObject({ handle: put.handle, sha256: put.sha256, bytes: put.bytes, label: 'hi', expires_at: put.expires_at, from_key_id: s.callerKeyId });
+    expect(got).toMatchObject({
+      handle: put.handle,
+      sha256: put.sha256,
+      bytes: put.bytes,
+      label: 'hi',
+      expires_at: put.expires_at,
+      from_key_id: s.callerKeyId,
+    });
     expect(Date.parse(got.expires_at) - Date.parse(got.created_at)).toBe(120_000);
   });
 
@@ -116,9 +127,14 @@ describe('at rest', () => {
     for (const k of keys) {
       const type = await redis.type(k);
       const values: Buffer[] =
-        type === 'hash' ? Object.values(await redis.hgetallBuffer(k)) : type === 'string' ? [(await redis.getBuffer(k))!] : (await redis.zrange(k, 0, -1)).map((m) => Buffer.from(m));
+        type === 'hash'
+          ? Object.values(await redis.hgetallBuffer(k))
+          : type === 'string'
+            ? [(await redis.getBuffer(k))!]
+            : (await redis.zrange(k, 0, -1)).map((m) => Buffer.from(m));
       for (const v of values) {
-        for (const secret of ['TOP-SECRET', 'ünïcödé', 'LABEL-IN-CLEAR', put.sha256, 'SECOND-SECRET']) expect(v.includes(Buffer.from(secret, 'utf8'))).toBe(false);
+        for (const secret of ['TOP-SECRET', 'ünïcödé', 'LABEL-IN-CLEAR', put.sha256, 'SECOND-SECRET'])
+          expect(v.includes(Buffer.from(secret, 'utf8'))).toBe(false);
       }
       const pttl = await redis.pttl(k);
       expect(pttl, k).toBeGreaterThan(0);
@@ -313,8 +329,16 @@ describe('send and inbox', () => {
 describe('recipientsFrom', () => {
   const now = Date.now();
   const key = (over: Partial<KeyInfo>): KeyInfo => ({
-    key_id: randomUUID(), type: 'agent', display_prefix: 'x', name: null, created_at: new Date(now).toISOString(),
-    last_used_at: null, revoked_at: null, expires_at: null, replaced_by_key_id: null, ...over,
+    key_id: randomUUID(),
+    type: 'agent',
+    display_prefix: 'x',
+    name: null,
+    created_at: new Date(now).toISOString(),
+    last_used_at: null,
+    revoked_at: null,
+    expires_at: null,
+    replaced_by_key_id: null,
+    ...over,
   });
   it('finds live keys by id and agents by name (the unreplaced one); never revoked, expired or sandbox keys', async () => {
     const prod = key({ type: 'production' });
@@ -377,10 +401,13 @@ describe('rotation', () => {
   it("a replacement key's inbox takes over what was delivered to the keys it replaced, with its TTL", async () => {
     const accountId = randomUUID();
     const [oldKey, midKey, newKey, sender] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
-    const { svc, prefix } = service({}, {
-      resolveRecipient: async (_a, to) => to,
-      predecessors: async (_a, k) => (k === newKey ? [oldKey, midKey] : []),
-    });
+    const { svc, prefix } = service(
+      {},
+      {
+        resolveRecipient: async (_a, to) => to,
+        predecessors: async (_a, k) => (k === newKey ? [oldKey, midKey] : []),
+      },
+    );
     const from = scope(accountId, sender);
     const d1 = await svc.send(from, { to: oldKey, content: 'one', ttl_s: 300 });
     const d2 = await svc.send(from, { to: midKey, content: 'two', ttl_s: 600 });

@@ -22,4 +22,3 @@ export function answerResponse(answer: CallAnswer): StoredResponse {
     body: answer.body,
   };
 }
-

@@ -125,7 +125,7 @@ const BalanceSchema = named(
     plan: z.enum(PLANS),
     used_this_month: z.number().int().describe("Cents charged this calendar month (UTC): the account's, or a sub-key's own."),
     key_type: z.enum(KEY_TYPES).describe("The calling key's type."),
-    monthly_limit: z.number().int().optional().describe("A sub-key only: its cap, in cents per calendar month."),
+    monthly_limit: z.number().int().optional().describe('A sub-key only: its cap, in cents per calendar month.'),
     sandbox: z.literal(true).optional().describe('Present, true, for a sandbox (cv_test_) key.'),
   }),
 );
@@ -145,7 +145,10 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
     body: OpenSchema,
     bodyExamples: { compute: { summary: 'POST /tools/compute', value: getTool('compute').examples[0] } },
     response: {
-      '200': ok(CallResultSchema, 'The call ran and was charged (or, with Accept: text/event-stream, its events).', { headers: callHeaders(x402), eventStream: true }),
+      '200': ok(CallResultSchema, 'The call ran and was charged (or, with Accept: text/event-stream, its events).', {
+        headers: callHeaders(x402),
+        eventStream: true,
+      }),
       '202': { $ref: '#/components/responses/Accepted' },
       '204': empty('A resumed event stream (Accept: text/event-stream with Last-Event-ID) that had already ended.'),
       ...errors(CALL_ERRORS),
@@ -183,9 +186,10 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
     } catch (e) {
       // Refused before admission (unknown tool, plan, bad input): the request counts all the same, and
       // over the limit it is answered 429, as it would have been at the door.
-      if (rate.pending) await rate.now().catch((err: unknown) => {
-        if (isAppError(err) && err.code === 'rate_limited') throw err;
-      });
+      if (rate.pending)
+        await rate.now().catch((err: unknown) => {
+          if (isAppError(err) && err.code === 'rate_limited') throw err;
+        });
       throw e;
     } finally {
       await callback?.done();
@@ -267,7 +271,10 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
     const caller = await app.authenticate(req, reply);
     // A job sent with a Callback-Url is delivered when cancelled too: its data is read first (cancelling may remove it),
     // and the delivery queued here, since a cancelled job never reaches settlement.
-    const hooked = await app.container.queues.getJob(req.params.id).then((j) => j?.data, () => undefined);
+    const hooked = await app.container.queues.getJob(req.params.id).then(
+      (j) => j?.data,
+      () => undefined,
+    );
     const { status, body } = await cancellerFor(app.container).cancel(caller, req.params.id);
     if (hooked?.callbackUrl && hooked.accountId && (body as { status?: unknown }).status === 'cancelled') {
       await app.container.webhooks

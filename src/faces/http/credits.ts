@@ -93,8 +93,7 @@ export async function creditRoutes(app: FastifyInstance): Promise<void> {
   // Repairs top-ups settled but not credited (a crash in between): at start-up, then on the
   // reconciler's interval. Idempotent, so every replica may run it.
   if (!deps.x402 || deps.x402.settler.mode === 'deferred') return;
-  const recover = () =>
-    creditSettledTopups(deps).catch((err: Error) => log.warn({ err: err.message }, 'top-up recovery pass failed'));
+  const recover = () => creditSettledTopups(deps).catch((err: Error) => log.warn({ err: err.message }, 'top-up recovery pass failed'));
   let timer: NodeJS.Timeout | undefined;
   app.addHook('onReady', async () => {
     await recover();

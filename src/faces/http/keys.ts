@@ -112,9 +112,15 @@ export async function keyRoutes(app: FastifyInstance): Promise<void> {
           case 'missing':
             throw new AppError('not_found', `No key ${keyId} on this account`);
           case 'not_rotatable':
-            throw new AppError('forbidden', `${r.type} keys are not rotated here: create a new sub-key with POST /subkeys/create and delete the old one`, { key_type: r.type });
+            throw new AppError('forbidden', `${r.type} keys are not rotated here: create a new sub-key with POST /subkeys/create and delete the old one`, {
+              key_type: r.type,
+            });
           default:
-            throw new AppError('key_not_active', `Key ${keyId} cannot be rotated: it ${r.state === 'rotated' ? 'was already rotated; rotate its replacement' : `is ${r.state}`}`, { state: r.state });
+            throw new AppError(
+              'key_not_active',
+              `Key ${keyId} cannot be rotated: it ${r.state === 'rotated' ? 'was already rotated; rotate its replacement' : `is ${r.state}`}`,
+              { state: r.state },
+            );
         }
       }
       // The old key's record in every replica's cache lacks its new expires_at (and its grace state).
@@ -141,7 +147,7 @@ export async function keyRoutes(app: FastifyInstance): Promise<void> {
         tags: ['Keys'],
         summary: 'Revoke a key of the account at once (a rotated key in its grace included); production key only',
         description:
-          "Revokes any key of the account at once, whatever its type, a rotated key in its grace included; every replica refuses it within milliseconds. " +
+          'Revokes any key of the account at once, whatever its type, a rotated key in its grace included; every replica refuses it within milliseconds. ' +
           "Only the account's current production key revokes keys (other keys: 403 forbidden; a rotated key in its grace: 403 key_in_grace). " +
           'After a leak: rotate the key, then revoke the old one with its replacement. A key cannot revoke itself (403). ' +
           'Revoking a revoked key answers its first revocation. A key_id that is not a uuid: 400. A key of another account: 404.',
@@ -154,7 +160,9 @@ export async function keyRoutes(app: FastifyInstance): Promise<void> {
       requireKeyOwner(caller, 'revoke keys');
       const { key_id: keyId } = input<typeof KeyIdParams>(req, 'params', 'Key id is invalid');
       if (keyId === caller.keyId) {
-        throw new AppError('forbidden', 'A key cannot revoke itself: rotate it (POST /keys/{key_id}/rotate), then revoke it with its replacement', { key_id: keyId });
+        throw new AppError('forbidden', 'A key cannot revoke itself: rotate it (POST /keys/{key_id}/rotate), then revoke it with its replacement', {
+          key_id: keyId,
+        });
       }
       const revoked = await accounts.revokeAccountKey(keyId, caller.accountId);
       if (!revoked) throw new AppError('not_found', `No key ${keyId} on this account`);

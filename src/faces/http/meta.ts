@@ -20,7 +20,10 @@ const HealthSchema = named(
       status: z.enum(['ok', 'degraded']),
       checks: z.object({ redis: z.enum(['ok', 'down']), postgres: z.enum(['ok', 'down']) }),
       workers: z.enum(['inline', 'off']).describe("Whether this process runs worker pools ('inline') or none ('off')."),
-      worker_counts: z.record(z.enum(FAMILIES), z.number().int()).nullable().describe('Live worker processes per family, across the deployment (null while Redis is down).'),
+      worker_counts: z
+        .record(z.enum(FAMILIES), z.number().int())
+        .nullable()
+        .describe('Live worker processes per family, across the deployment (null while Redis is down).'),
       down: z.array(z.string()).optional().describe('What is missing: redis, postgres, or workers:<family>.'),
       warnings: z.array(z.string()).optional(),
       time: z.string().datetime(),
@@ -32,15 +35,14 @@ const ToolListSchema = named(
   'ToolList',
   z.object({
     tools: z.array(
-      z
-        .object({
-          name: z.string(),
-          cost: z.string().describe('The price in dollars, e.g. $0.02.'),
-          endpoint: z.string().describe('POST /tools/<name>'),
-          price_cents: z.number().int(),
-          tier: z.enum(PLANS).describe('The lowest plan that may call it.'),
-          description: z.string(),
-        }),
+      z.object({
+        name: z.string(),
+        cost: z.string().describe('The price in dollars, e.g. $0.02.'),
+        endpoint: z.string().describe('POST /tools/<name>'),
+        price_cents: z.number().int(),
+        tier: z.enum(PLANS).describe('The lowest plan that may call it.'),
+        description: z.string(),
+      }),
     ),
   }),
 );
@@ -101,41 +103,41 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
       } satisfies RouteSchema,
     },
     async (_req, reply) => {
-    const within = async <T>(f: () => Promise<T>): Promise<T | null> => {
-      let timer: NodeJS.Timeout | undefined;
-      try {
-        return await Promise.race([f(), new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error('timeout')), 1000)))]);
-      } catch {
-        return null;
-      } finally {
-        clearTimeout(timer);
-      }
-    };
-    const { redis: client, pool } = app.container;
-    const [pong, pg, workers] = await Promise.all([
-      within(() => client.ping()),
-      within(() => pool.query(sql.unsafe`SELECT 1`)),
-      within(() => workerCounts(client, config.REDIS_PREFIX)),
-    ]);
-    const checks = { redis: pong === null ? 'down' : 'ok', postgres: pg === null ? 'down' : 'ok' };
-    const down: string[] = [];
-    if (checks.redis === 'down') down.push('redis');
-    if (checks.postgres === 'down') down.push('postgres');
-    if (workers) for (const f of workers.expected) if (!workers.counts[f]) down.push(`workers:${f}`);
-    const ok = down.length === 0;
-    const warnings = app.container.api?.payPerCall?.deps.x402.settler.mode === 'deferred' ? [DEFERRED_WARNING] : [];
-    return reply.status(ok ? 200 : 503).send({
-      status: ok ? 'ok' : 'degraded',
-      checks,
-      // Families whose worker pools run in this process ('inline') or none ('off').
-      workers: app.container.workers ? 'inline' : 'off',
-      // Live worker processes per family, across the deployment (null while Redis is down).
-      worker_counts: workers ? workers.counts : null,
-      ...(ok ? {} : { down }),
-      // Healthy but worth an operator's attention (deferred x402 settlement).
-      ...(warnings.length ? { warnings } : {}),
-      time: new Date().toISOString(),
-    });
+      const within = async <T>(f: () => Promise<T>): Promise<T | null> => {
+        let timer: NodeJS.Timeout | undefined;
+        try {
+          return await Promise.race([f(), new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error('timeout')), 1000)))]);
+        } catch {
+          return null;
+        } finally {
+          clearTimeout(timer);
+        }
+      };
+      const { redis: client, pool } = app.container;
+      const [pong, pg, workers] = await Promise.all([
+        within(() => client.ping()),
+        within(() => pool.query(sql.unsafe`SELECT 1`)),
+        within(() => workerCounts(client, config.REDIS_PREFIX)),
+      ]);
+      const checks = { redis: pong === null ? 'down' : 'ok', postgres: pg === null ? 'down' : 'ok' };
+      const down: string[] = [];
+      if (checks.redis === 'down') down.push('redis');
+      if (checks.postgres === 'down') down.push('postgres');
+      if (workers) for (const f of workers.expected) if (!workers.counts[f]) down.push(`workers:${f}`);
+      const ok = down.length === 0;
+      const warnings = app.container.api?.payPerCall?.deps.x402.settler.mode === 'deferred' ? [DEFERRED_WARNING] : [];
+      return reply.status(ok ? 200 : 503).send({
+        status: ok ? 'ok' : 'degraded',
+        checks,
+        // Families whose worker pools run in this process ('inline') or none ('off').
+        workers: app.container.workers ? 'inline' : 'off',
+        // Live worker processes per family, across the deployment (null while Redis is down).
+        worker_counts: workers ? workers.counts : null,
+        ...(ok ? {} : { down }),
+        // Healthy but worth an operator's attention (deferred x402 settlement).
+        ...(warnings.length ? { warnings } : {}),
+        time: new Date().toISOString(),
+      });
     },
   );
 
@@ -148,7 +150,10 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
     tags: ['Discovery'],
     summary: 'The stdio MCP client as an npm tarball (npx -y <base>/client/tollgate-mcp.tgz)',
     security: 'none',
-    response: { '200': media('application/gzip', 'npm package tarball.', { type: 'string', format: 'binary' }), '304': { description: 'Not modified (If-None-Match).' } },
+    response: {
+      '200': media('application/gzip', 'npm package tarball.', { type: 'string', format: 'binary' }),
+      '304': { description: 'Not modified (If-None-Match).' },
+    },
   };
   app.get('/client/tollgate-mcp.tgz', { schema: clientSchema }, async (req, reply) => {
     const { tarball, integrity } = await clientPackage;
@@ -161,7 +166,13 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
   app.get(
     '/tools',
     {
-      schema: { operationId: 'listTools', tags: ['Discovery'], summary: 'Every tool with its price', security: 'none', response: { '200': ok(ToolListSchema, 'Every tool with its price.'), ...errors([], { keyed: false }) } } satisfies RouteSchema,
+      schema: {
+        operationId: 'listTools',
+        tags: ['Discovery'],
+        summary: 'Every tool with its price',
+        security: 'none',
+        response: { '200': ok(ToolListSchema, 'Every tool with its price.'), ...errors([], { keyed: false }) },
+      } satisfies RouteSchema,
     },
     async () => ({ tools: catalogue() }),
   );
@@ -172,7 +183,7 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
       schema: {
         operationId: 'getTool',
         tags: ['Discovery'],
-        summary: "One tool: its input and output JSON Schemas, examples, price and tier",
+        summary: 'One tool: its input and output JSON Schemas, examples, price and tier',
         security: 'none',
         params: ToolNameParams,
         response: { '200': ok(OpenSchema, "The tool's input JSON Schema, examples, price and tier."), ...errors(['404'], { keyed: false }) },
@@ -183,7 +194,15 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
 
   app.get(
     '/v1/manifest',
-    { schema: { operationId: 'manifest', tags: ['Discovery'], summary: 'Tiers and prices', security: 'none', response: { '200': ok(OpenSchema, 'Tiers and prices.') } } satisfies RouteSchema },
+    {
+      schema: {
+        operationId: 'manifest',
+        tags: ['Discovery'],
+        summary: 'Tiers and prices',
+        security: 'none',
+        response: { '200': ok(OpenSchema, 'Tiers and prices.') },
+      } satisfies RouteSchema,
+    },
     async (req) => manifest(baseUrl(app, req)),
   );
 

@@ -29,7 +29,10 @@ export async function metricsRoutes(app: FastifyInstance): Promise<void> {
     },
     async (req, reply) => {
       if (!config.METRICS_TOKEN) {
-        throw new AppError('not_found', `No route GET /metrics on this port: metrics are served ${config.METRICS_PORT ? 'on METRICS_PORT' : 'only with METRICS_TOKEN or on METRICS_PORT'}`);
+        throw new AppError(
+          'not_found',
+          `No route GET /metrics on this port: metrics are served ${config.METRICS_PORT ? 'on METRICS_PORT' : 'only with METRICS_TOKEN or on METRICS_PORT'}`,
+        );
       }
       if (!metricsAuthorized(config.METRICS_TOKEN, req.headers.authorization)) throw metricsUnauthorized();
       const { contentType, body } = await metrics.scrape();

@@ -20,9 +20,7 @@ export const ErrorSchema = named(
   'Error',
   z
     .object({
-      error: z
-        .object({ code: ErrorCodeSchema, message: z.string(), request_id: z.string() })
-        .passthrough(),
+      error: z.object({ code: ErrorCodeSchema, message: z.string(), request_id: z.string() }).passthrough(),
     })
     .describe('The one error envelope. Extra details (required_plan, retry_after, issues, job_id…) sit inside `error`.'),
 );
@@ -66,10 +64,7 @@ export const CallResultSchema = named(
     .passthrough(),
 );
 
-export const JobAcceptedSchema = named(
-  'JobAccepted',
-  z.object({ job_id: z.string(), status: z.string(), status_url: z.string() }).passthrough(),
-);
+export const JobAcceptedSchema = named('JobAccepted', z.object({ job_id: z.string(), status: z.string(), status_url: z.string() }).passthrough());
 
 export const WebhookStatusSchema = named(
   'WebhookStatus',
@@ -86,7 +81,9 @@ export const WebhookStatusSchema = named(
       ),
       delivered_at: z.string().datetime().nullable(),
     })
-    .describe('Only for a job sent with a Callback-Url, once it ended: where its outcome goes and every delivery attempt (also under `error` for a failed job).'),
+    .describe(
+      'Only for a job sent with a Callback-Url, once it ended: where its outcome goes and every delivery attempt (also under `error` for a failed job).',
+    ),
 );
 
 export const JobStatusSchema = named(
@@ -108,7 +105,8 @@ export const OpenSchema = named('Open', z.record(z.unknown()));
 /** JSON Schemas with no zod counterpart (non-JSON media). */
 export const EVENT_STREAM: JsonSchema = {
   type: 'string',
-  description: 'Server-Sent Events: queued, progress, step (each step of a chain or parallel request), then result or error (id: lines resume with Last-Event-ID).',
+  description:
+    'Server-Sent Events: queued, progress, step (each step of a chain or parallel request), then result or error (id: lines resume with Last-Event-ID).',
 };
 
 const header = (description: string, schema: JsonSchema = { type: 'string' }) => ({ description, schema });
@@ -127,7 +125,9 @@ export const HEADERS: Record<HeaderName, { description: string; schema: JsonSche
   'X-Payment-Currency': header('x402: USDC.'),
   'X-Payment-Network': header('x402: the network the payment is made on (base-sepolia or base).'),
   'X-Payment-Response': header('x402 v1: base64 JSON settlement response (success, transaction, network by name, payer) of a paid call.'),
-  'PAYMENT-REQUIRED': header('x402 v2: base64 JSON PaymentRequired (x402Version 2, resource, accepts with CAIP-2 networks and amount) on a 402 that asks for payment.'),
+  'PAYMENT-REQUIRED': header(
+    'x402 v2: base64 JSON PaymentRequired (x402Version 2, resource, accepts with CAIP-2 networks and amount) on a 402 that asks for payment.',
+  ),
   'PAYMENT-RESPONSE': header('x402 v2: base64 JSON settlement response (success, transaction, CAIP-2 network, payer) of a paid call.'),
 };
 
@@ -139,7 +139,8 @@ export function parameters(): Record<string, JsonSchema> {
       name: 'Idempotency-Key',
       in: 'header',
       required: false,
-      description: 'Any 1-255 printable characters. The same key and body within 24 h answers with the first response (Idempotent-Replayed: true) and runs nothing.',
+      description:
+        'Any 1-255 printable characters. The same key and body within 24 h answers with the first response (Idempotent-Replayed: true) and runs nothing.',
       schema: { type: 'string', minLength: 1, maxLength: 255 },
     },
     Prefer: {
@@ -256,7 +257,9 @@ export function responses(): Record<string, unknown> {
     TooManyRequests: errorResponse(429, 'Rate or concurrency limit reached.', { ...RATE_HEADERS, 'Retry-After': ref('headers', 'Retry-After') }),
     InternalError: errorResponse(500, 'Something went wrong on our side.'),
     UpstreamError: errorResponse(502, 'The edge network failed or is unreachable.'),
-    ServiceUnavailable: errorResponse(503, 'A dependency (Redis, Postgres, a tool upstream) is unavailable; nothing was charged.', { 'Retry-After': ref('headers', 'Retry-After') }),
+    ServiceUnavailable: errorResponse(503, 'A dependency (Redis, Postgres, a tool upstream) is unavailable; nothing was charged.', {
+      'Retry-After': ref('headers', 'Retry-After'),
+    }),
     Timeout: errorResponse(504, 'The call took too long.'),
   };
 }

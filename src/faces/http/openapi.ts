@@ -29,9 +29,24 @@ const THIRD_PARTY: Record<string, Omit<RouteSchema, 'response'> & { response?: R
     response: { '200': { description: 'HTML page.', content: { 'text/html': { schema: { type: 'string' } } } } },
   },
   'GET /docs/': { operationId: 'referenceSlash', tags: ['Discovery'], summary: 'The reference page', hide: 'the same page as GET /docs' },
-  'GET /docs/js/scalar.js': { operationId: 'referenceScript', tags: ['Discovery'], summary: 'The reference page script', hide: "the reference page's own script" },
-  'GET /docs/openapi.json': { operationId: 'referenceDocument', tags: ['Discovery'], summary: 'The document', hide: 'the reference plugin\'s copy of GET /openapi.json' },
-  'GET /docs/openapi.yaml': { operationId: 'referenceDocumentYaml', tags: ['Discovery'], summary: 'The document', hide: 'the reference plugin\'s YAML copy of GET /openapi.json' },
+  'GET /docs/js/scalar.js': {
+    operationId: 'referenceScript',
+    tags: ['Discovery'],
+    summary: 'The reference page script',
+    hide: "the reference page's own script",
+  },
+  'GET /docs/openapi.json': {
+    operationId: 'referenceDocument',
+    tags: ['Discovery'],
+    summary: 'The document',
+    hide: "the reference plugin's copy of GET /openapi.json",
+  },
+  'GET /docs/openapi.yaml': {
+    operationId: 'referenceDocumentYaml',
+    tags: ['Discovery'],
+    summary: 'The document',
+    hide: "the reference plugin's YAML copy of GET /openapi.json",
+  },
   'OPTIONS *': { operationId: 'preflight', tags: ['Discovery'], summary: 'CORS preflight', hide: 'CORS preflight for every route (see CORS_ALLOWED_HEADERS)' },
 };
 const DASHBOARD_PREFIX = '/admin/queues';
@@ -59,8 +74,20 @@ export function recordRoutes(app: FastifyInstance): void {
       else if (route.url.startsWith(DASHBOARD_PREFIX))
         route.schema = (
           route.url === `${DASHBOARD_PREFIX}/`
-            ? { operationId: 'queueDashboard', tags: ['Operators'], summary: 'The queue dashboard (Bull Board), with ADMIN_TOKEN', security: 'admin', response: { '200': { description: 'HTML page.', content: { 'text/html': { schema: { type: 'string' } } } } } }
-            : { operationId: `dashboard${table.length}`, tags: ['Operators'], summary: 'Queue dashboard internals', response: {}, hide: "the dashboard page's own API and assets" }
+            ? {
+                operationId: 'queueDashboard',
+                tags: ['Operators'],
+                summary: 'The queue dashboard (Bull Board), with ADMIN_TOKEN',
+                security: 'admin',
+                response: { '200': { description: 'HTML page.', content: { 'text/html': { schema: { type: 'string' } } } } },
+              }
+            : {
+                operationId: `dashboard${table.length}`,
+                tags: ['Operators'],
+                summary: 'Queue dashboard internals',
+                response: {},
+                hide: "the dashboard page's own API and assets",
+              }
         ) as RouteSchema;
     }
     table.push(route);
@@ -81,7 +108,12 @@ function securityFor(security: Security | undefined, x402: boolean): Json[] {
     case 'key-or-x402':
       return x402 ? [...AUTH, { x402Payment: [] }, { x402PaymentV1: [] }] : AUTH;
     case 'key-and-x402':
-      return x402 ? [{ bearerAuth: [], x402Payment: [] }, { bearerAuth: [], x402PaymentV1: [] }] : AUTH;
+      return x402
+        ? [
+            { bearerAuth: [], x402Payment: [] },
+            { bearerAuth: [], x402PaymentV1: [] },
+          ]
+        : AUTH;
     case 'metrics':
       return [{ metricsToken: [] }];
     case 'admin':
@@ -154,7 +186,6 @@ function responsesOf(response: Record<string, ResponseDoc | ResponseRef>, conver
   return out;
 }
 
-
 /**
  * A sample value of a JSON Schema, for the reference's response samples: a schema's own example,
  * default, const or first enum value where it has one, else a value of its type.
@@ -185,7 +216,15 @@ export function sampleOf(schema: unknown, depth = 0): unknown {
     case 'boolean':
       return true;
     case 'string':
-      return s.format === 'date-time' ? '2026-01-01T00:00:00.000Z' : s.format === 'uri' ? 'https://example.com/' : s.format === 'uuid' ? '00000000-0000-4000-8000-000000000000' : s.format === 'date' ? '2026-01-01' : 'string';
+      return s.format === 'date-time'
+        ? '2026-01-01T00:00:00.000Z'
+        : s.format === 'uri'
+          ? 'https://example.com/'
+          : s.format === 'uuid'
+            ? '00000000-0000-4000-8000-000000000000'
+            : s.format === 'date'
+              ? '2026-01-01'
+              : 'string';
     default:
       return null;
   }
@@ -203,9 +242,15 @@ function toolOperation(tool: AnyTool, x402: boolean): Json {
     ? { allOf: [{ $ref: '#/components/schemas/CallResult' }, { type: 'object', properties: { result: output } }] }
     : { $ref: '#/components/schemas/CallResult' };
   const headers = Object.fromEntries(
-    ['X-Request-Id', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'X-Job-Id', 'Idempotent-Replayed', ...(payable ? ['PAYMENT-RESPONSE', 'X-Payment-Response'] : [])].map(
-      (h) => [h, { $ref: `#/components/headers/${h}` }],
-    ),
+    [
+      'X-Request-Id',
+      'X-RateLimit-Limit',
+      'X-RateLimit-Remaining',
+      'X-RateLimit-Reset',
+      'X-Job-Id',
+      'Idempotent-Replayed',
+      ...(payable ? ['PAYMENT-RESPONSE', 'X-Payment-Response'] : []),
+    ].map((h) => [h, { $ref: `#/components/headers/${h}` }]),
   );
   return {
     operationId: `callTool_${tool.name}`,
@@ -234,14 +279,22 @@ function toolOperation(tool: AnyTool, x402: boolean): Json {
           'application/json': {
             schema: result,
             // The answer of a synchronous call with a key (no Prefer): the tool's price, the result's shape.
-            examples: { sync: { summary: 'A synchronous call (no Prefer header)', value: { result: output ? sampleOf(output) : null, cost_cents: tool.priceCents, remaining_credits: 4998 } } },
+            examples: {
+              sync: {
+                summary: 'A synchronous call (no Prefer header)',
+                value: { result: output ? sampleOf(output) : null, cost_cents: tool.priceCents, remaining_credits: 4998 },
+              },
+            },
           },
           'text/event-stream': { schema: { $ref: '#/components/schemas/EventStream' } },
         },
       },
       '202': { $ref: '#/components/responses/Accepted' },
       ...Object.fromEntries(
-        (['400', '401', '402', '403', '404', '409', '413', '415', '422', '429', '500', '502', '503', '504'] as const).map((c) => [c, { $ref: `#/components/responses/${ERROR_RESPONSES[c]}` }]),
+        (['400', '401', '402', '403', '404', '409', '413', '415', '422', '429', '500', '502', '503', '504'] as const).map((c) => [
+          c,
+          { $ref: `#/components/responses/${ERROR_RESPONSES[c]}` },
+        ]),
       ),
     },
   };
@@ -262,7 +315,12 @@ export function openApiDocument(app: FastifyInstance, base: string, config: Conf
         ? {
             requestBody: {
               required: true,
-              content: { [schema.bodyMediaType ?? 'application/json']: { schema: convert(schema.body), ...(schema.bodyExamples ? { examples: schema.bodyExamples } : {}) } },
+              content: {
+                [schema.bodyMediaType ?? 'application/json']: {
+                  schema: convert(schema.body),
+                  ...(schema.bodyExamples ? { examples: schema.bodyExamples } : {}),
+                },
+              },
             },
           }
         : {};

@@ -60,12 +60,16 @@ const ParallelResultSchema = named(
       remaining_credits: remainingCredits(),
       sandbox: sandbox(),
     })
-    .describe('A parallel request: every tool, succeeded or failed; only successes are charged. Paid per call (x402), any failure fails the whole request and nothing is charged.'),
+    .describe(
+      'A parallel request: every tool, succeeded or failed; only successes are charged. Paid per call (x402), any failure fails the whole request and nothing is charged.',
+    ),
 );
 
 const ProtocolResultSchema = named(
   'ProtocolResult',
-  z.union([CallResultSchema, ChainResultSchema, ParallelResultSchema]).describe('A direct request answers as POST /tools/{m}; chain and parallel requests as below.'),
+  z
+    .union([CallResultSchema, ChainResultSchema, ParallelResultSchema])
+    .describe('A direct request answers as POST /tools/{m}; chain and parallel requests as below.'),
 );
 
 /** POST /: the root protocol (direct, chain, parallel, stream). Shapes in src/calls/protocol.ts. */
@@ -79,19 +83,22 @@ export async function rootRoutes(app: FastifyInstance): Promise<void> {
     operationId: 'rootProtocol',
     tags: ['Protocol'],
     summary: 'Root protocol: chain, parallel, direct or stream',
-    description:
-      `${ENDPOINTS['POST /']}. ${Object.values(PROTOCOL_MODES)
-        .map((m) => m.description)
-        .join('. ')}. Without a key (x402): the price of every step at once, all or nothing; free tools and streams need a key.`,
+    description: `${ENDPOINTS['POST /']}. ${Object.values(PROTOCOL_MODES)
+      .map((m) => m.description)
+      .join('. ')}. Without a key (x402): the price of every step at once, all or nothing; free tools and streams need a key.`,
     security: 'key-or-x402',
     parameters: ['Idempotency-Key', 'Prefer', 'Callback-Url', 'X-Edge-Token', 'Last-Event-ID'],
     body: ProtocolRequestSchema,
     bodyExamples: Object.fromEntries(Object.entries(PROTOCOL_MODES).map(([k, m]) => [k, { summary: m.description, value: m.example }])),
     response: {
-      '200': ok(ProtocolResultSchema, 'The request ran: a call result (direct), steps and result (chain), or results by tool (parallel); with stream: true, its events.', {
-        headers: callHeaders(app.container.config.X402_ENABLED),
-        eventStream: true,
-      }),
+      '200': ok(
+        ProtocolResultSchema,
+        'The request ran: a call result (direct), steps and result (chain), or results by tool (parallel); with stream: true, its events.',
+        {
+          headers: callHeaders(app.container.config.X402_ENABLED),
+          eventStream: true,
+        },
+      ),
       '202': { $ref: '#/components/responses/Accepted' },
       '204': empty('A resumed event stream (Last-Event-ID) that had already ended.'),
       ...errors(CALL_ERRORS),
@@ -112,7 +119,8 @@ export async function rootRoutes(app: FastifyInstance): Promise<void> {
     const opts = { requestId: req.id, edgeToken: edgeTokenHeader(req), respondAsync: wantsAsync(req), ...(callback ? { callbackUrl: callback.url } : {}) };
     const onJobId = (track?: (jobId: string) => Promise<void>) => (callback ? callback.track(track) : track);
     try {
-      if (request.stream) return await startEventStream(app, req, reply, caller, (track) => protocol.start(caller, request, { ...opts, onJobId: onJobId(track) }));
+      if (request.stream)
+        return await startEventStream(app, req, reply, caller, (track) => protocol.start(caller, request, { ...opts, onJobId: onJobId(track) }));
       return await sendIdempotent(req, reply, caller, (track) => protocol.answer(caller, request, { ...opts, onJobId: onJobId(track) }));
     } finally {
       await callback?.done();

@@ -120,7 +120,11 @@ export function namedSchemas(): ReadonlyMap<string, ZodTypeAny> {
 }
 
 /** A JSON response. */
-export function ok(schema: ZodTypeAny | JsonSchema, description: string, opts: { headers?: HeaderName[]; examples?: Record<string, Example>; eventStream?: boolean } = {}): ResponseDoc {
+export function ok(
+  schema: ZodTypeAny | JsonSchema,
+  description: string,
+  opts: { headers?: HeaderName[]; examples?: Record<string, Example>; eventStream?: boolean } = {},
+): ResponseDoc {
   return {
     description,
     ...(opts.headers ? { headers: opts.headers } : {}),

@@ -120,12 +120,22 @@ export async function signupRoutes(app: FastifyInstance): Promise<void> {
     },
     async (req, reply) => {
       // Counted before anything is looked up: partner codes cannot be tried faster than this.
-      await throttle(req, 'subscribe', config.SUBSCRIBE_PER_MINUTE, 60, `At most ${config.SUBSCRIBE_PER_MINUTE} requests to /subscribe per minute from one address`);
+      await throttle(
+        req,
+        'subscribe',
+        config.SUBSCRIBE_PER_MINUTE,
+        60,
+        `At most ${config.SUBSCRIBE_PER_MINUTE} requests to /subscribe per minute from one address`,
+      );
       const q = input<typeof SubscribeQuery>(req, 'querystring', 'Query is invalid');
       const code = q.attribution_code?.trim() || undefined;
       const partner = code ? await findPartnerByCode(pool, code) : null;
       const base = baseUrl(app, req);
-      const plans = PLANS.map((p) => ({ plan: p, requests_per_minute: p === 'enterprise' ? config.ENTERPRISE_DEFAULT_RPM : PLAN_RPM[p], description: PLAN_TEXT[p] }));
+      const plans = PLANS.map((p) => ({
+        plan: p,
+        requests_per_minute: p === 'enterprise' ? config.ENTERPRISE_DEFAULT_RPM : PLAN_RPM[p],
+        description: PLAN_TEXT[p],
+      }));
       const body = { email: 'you@example.com', ...(partner ? { attribution_code: partner.code } : {}) };
       const signup: { enabled: boolean; how: string; example?: string } = config.SIGNUP_ENABLED
         ? {
@@ -133,10 +143,18 @@ export async function signupRoutes(app: FastifyInstance): Promise<void> {
             how: `POST ${base}/signup with a JSON body: your email${partner ? ' and this attribution code' : ''}. You get a free account and its API key, shown once.`,
             example: `curl -X POST ${base}/signup -H 'content-type: application/json' -d '${JSON.stringify(body)}'`,
           }
-        : { enabled: false, how: 'Self-service sign-up is not open on this service: ask the operator for an account' + (partner ? ` and mention the code ${partner.code}.` : '.') };
+        : {
+            enabled: false,
+            how:
+              'Self-service sign-up is not open on this service: ask the operator for an account' + (partner ? ` and mention the code ${partner.code}.` : '.'),
+          };
       // Whether the code will be recorded, never whose it is: the page names no partner.
       const attribution = code
-        ? { code, known: Boolean(partner), message: partner ? 'This referral code will be recorded with your sign-up.' : `The code '${code}' is unknown; you can still sign up without it.` }
+        ? {
+            code,
+            known: Boolean(partner),
+            message: partner ? 'This referral code will be recorded with your sign-up.' : `The code '${code}' is unknown; you can still sign up without it.`,
+          }
         : null;
       const topup = `Then top up credits with POST ${base}/credits/topup {"cents": n} (${config.TOPUP_MIN_CENTS} to ${config.TOPUP_MAX_CENTS}), paid with x402 (USDC).`;
       if (wantsJson(req)) return { plans, signup, attribution, topup };
@@ -186,12 +204,23 @@ ${signup.example ? `<pre>${e(signup.example)}</pre>` : ''}
       let partnerId: string | null = null;
       if (body.attribution_code !== undefined) {
         const partner = await findPartnerByCode(pool, body.attribution_code);
-        if (!partner) throw new AppError('invalid_input', `Unknown attribution code '${body.attribution_code}'; sign up without it or check the link you followed`, { reason: 'unknown_attribution_code' });
+        if (!partner)
+          throw new AppError('invalid_input', `Unknown attribution code '${body.attribution_code}'; sign up without it or check the link you followed`, {
+            reason: 'unknown_attribution_code',
+          });
         partnerId = partner.id;
       }
       // A new account every time, whether or not the email was used before: the answer cannot tell.
       const r = await admin.signUp(body.email, partnerId, req.ip);
-      return reply.status(201).send({ account_id: r.account_id, api_key: r.api_key, key_id: r.key_id, plan: r.plan, credits: r.credits, email: body.email, attribution_code: body.attribution_code ?? null });
+      return reply.status(201).send({
+        account_id: r.account_id,
+        api_key: r.api_key,
+        key_id: r.key_id,
+        plan: r.plan,
+        credits: r.credits,
+        email: body.email,
+        attribution_code: body.attribution_code ?? null,
+      });
     },
   );
 }

@@ -136,7 +136,11 @@ export async function startEventStream(
   const idemKey = req.headers['idempotency-key'];
   if (typeof idemKey !== 'string') return sendEventStream(app, req, reply, await start());
   let started: StreamTarget | null = null;
-  const queued = (jobId: string): StoredResponse => ({ status: 202, headers: { 'x-job-id': jobId }, body: { job_id: jobId, status: 'queued', status_url: `/jobs/${jobId}` } });
+  const queued = (jobId: string): StoredResponse => ({
+    status: 202,
+    headers: { 'x-job-id': jobId },
+    body: { job_id: jobId, status: 'queued', status_url: `/jobs/${jobId}` },
+  });
   const fingerprint = Idempotency.fingerprint(req.method, req.url, req.body);
   const out = await app.container.api!.idempotency.run(
     caller.keyId,
@@ -150,7 +154,10 @@ export async function startEventStream(
     async (jobIds) => {
       const exists = await protocolServices(app.container)
         .protocol.target(caller, jobIds[0]!)
-        .then(() => true, (e: unknown) => (isAppError(e) && e.code === 'not_found' ? false : Promise.reject(e)));
+        .then(
+          () => true,
+          (e: unknown) => (isAppError(e) && e.code === 'not_found' ? false : Promise.reject(e)),
+        );
       return exists ? queued(jobIds[0]!) : null;
     },
   );
@@ -194,7 +201,10 @@ export async function streamRoutes(app: FastifyInstance): Promise<void> {
     params: JobIdParams,
     parameters: ['Last-Event-ID'],
     response: {
-      '200': { ...media('text/event-stream', 'Server-Sent Events: the stored ones replayed, then live ones until the result or error.', EVENT_STREAM_REF), headers: ['X-Job-Id', ...RATE_LIMIT] },
+      '200': {
+        ...media('text/event-stream', 'Server-Sent Events: the stored ones replayed, then live ones until the result or error.', EVENT_STREAM_REF),
+        headers: ['X-Job-Id', ...RATE_LIMIT],
+      },
       '204': empty('The stream had already ended (Last-Event-ID at its end).'),
       ...errors(['404']),
     },

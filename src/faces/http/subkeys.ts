@@ -88,7 +88,12 @@ export async function subkeyRoutes(app: FastifyInstance): Promise<void> {
         summary: 'Create a sub-key with a monthly limit and allowed tools (enterprise)',
         description: `A key (cv_sub_) that calls only \`allowed_tools\`, charged to the account, refused (402 monthly_limit_exceeded) past \`monthly_limit\` cents a month. ${MANAGER}`,
         body: CreateSubKey,
-        bodyExamples: { agent: { summary: 'An agent that may search and fetch pages, up to $20 a month', value: { name: 'research-agent', monthly_limit: 2000, allowed_tools: ['web_search', 'page_fetch'] } } },
+        bodyExamples: {
+          agent: {
+            summary: 'An agent that may search and fetch pages, up to $20 a month',
+            value: { name: 'research-agent', monthly_limit: 2000, allowed_tools: ['web_search', 'page_fetch'] },
+          },
+        },
         response: { '201': ok(NewSubKeySchema, 'The new sub-key (api_key shown once).', { headers: RATE_LIMIT }), ...errors(['400', '403', '413', '415']) },
       } satisfies RouteSchema,
     },
@@ -150,9 +155,7 @@ export async function subkeyRoutes(app: FastifyInstance): Promise<void> {
       const caller = await app.authenticate(req, reply);
       requireManager(caller, 'delete sub-keys');
       const id = input<typeof SubKeyIdParams>(req, 'params').key_id;
-      const revoked = z.string().uuid().safeParse(id).success
-        ? await accounts.revokeKey(id, { accountId: caller.accountId, type: 'sub' })
-        : null;
+      const revoked = z.string().uuid().safeParse(id).success ? await accounts.revokeKey(id, { accountId: caller.accountId, type: 'sub' }) : null;
       if (!revoked) throw new AppError('not_found', `No sub-key ${id} on this account`);
       // This replica forgets the key now; the others on the broadcast, within milliseconds.
       app.container.api!.auth.clear();

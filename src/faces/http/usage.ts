@@ -35,7 +35,11 @@ export const EntriesQuery = z
     cursor: z.string().min(1).max(200).optional().describe("The previous page's next_cursor, unchanged."),
     tool: z.string().min(1).max(200).optional().describe("Only this tool's lines."),
     key_id: z.string().uuid('key_id must be a key id (uuid)').optional().describe("Only this key's lines."),
-    since: z.string().datetime({ offset: true, message: 'since must be an ISO 8601 time, e.g. 2025-01-31T00:00:00Z' }).optional().describe('Only lines at or after this time.'),
+    since: z
+      .string()
+      .datetime({ offset: true, message: 'since must be an ISO 8601 time, e.g. 2025-01-31T00:00:00Z' })
+      .optional()
+      .describe('Only lines at or after this time.'),
   })
   .strict();
 
@@ -60,7 +64,14 @@ function encodeCursor(e: LedgerEntry): string {
 function decodeCursor(cursor: string): number {
   try {
     const v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown;
-    if (Array.isArray(v) && v.length === 2 && typeof v[0] === 'string' && !Number.isNaN(Date.parse(v[0])) && Number.isSafeInteger(v[1]) && (v[1] as number) > 0) {
+    if (
+      Array.isArray(v) &&
+      v.length === 2 &&
+      typeof v[0] === 'string' &&
+      !Number.isNaN(Date.parse(v[0])) &&
+      Number.isSafeInteger(v[1]) &&
+      (v[1] as number) > 0
+    ) {
       return v[1] as number;
     }
   } catch {
@@ -234,7 +245,11 @@ export async function usageRoutes(app: FastifyInstance): Promise<void> {
       const beforeId = q.cursor ? decodeCursor(q.cursor) : null;
       // One more than asked tells whether another page exists.
       const rows = await accounts.ledgerEntries(usageScope(caller), {
-        beforeId, limit: q.limit + 1, tool: q.tool, keyId: q.key_id, since: q.since,
+        beforeId,
+        limit: q.limit + 1,
+        tool: q.tool,
+        keyId: q.key_id,
+        since: q.since,
       });
       const page = rows.slice(0, q.limit);
       const last = page[page.length - 1];

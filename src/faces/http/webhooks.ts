@@ -14,7 +14,9 @@ const WebhookSecretSchema = named(
     secret: z
       .string()
       .regex(/^whsec_/)
-      .describe('whsec_<base64 of the key>: the HMAC-SHA256 key (the bytes after whsec_) of the webhook-signature header deliveries carry (Standard Webhooks).'),
+      .describe(
+        'whsec_<base64 of the key>: the HMAC-SHA256 key (the bytes after whsec_) of the webhook-signature header deliveries carry (Standard Webhooks).',
+      ),
   }),
 );
 

@@ -125,7 +125,9 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
   const parseJson = jsonBodyParser(app, config.MAX_JSON_DEPTH);
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    parseJson(req, body as string, (err, value) => done(null, err ? (isJsonTooDeep(err) ? TOO_DEEP : isUnsupportedCharacter(err) ? UNSUPPORTED : NOT_JSON) : value));
+    parseJson(req, body as string, (err, value) =>
+      done(null, err ? (isJsonTooDeep(err) ? TOO_DEEP : isUnsupportedCharacter(err) ? UNSUPPORTED : NOT_JSON) : value),
+    );
   });
 
   // onRequest runs before the body is read: a foreign page or a caller without a key gets nothing more.
@@ -181,7 +183,10 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
         body: JsonRpcSchema,
         bodyExamples: {
           list: { summary: 'The tools this key may call', value: { jsonrpc: '2.0', id: 1, method: 'tools/list' } },
-          call: { summary: 'Run compute', value: { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'compute', arguments: { expression: '6 * 7' } } } },
+          call: {
+            summary: 'Run compute',
+            value: { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'compute', arguments: { expression: '6 * 7' } } },
+          },
         },
         response: {
           '200': {
@@ -189,14 +194,21 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
             headers: RATE_LIMIT,
             content: {
               'application/json': { schema: JsonRpcSchema },
-              'text/event-stream': { schema: { type: 'string', description: 'Server-Sent Events, each `data:` a JsonRpcMessage: progress notifications, then the answer.' } },
+              'text/event-stream': {
+                schema: { type: 'string', description: 'Server-Sent Events, each `data:` a JsonRpcMessage: progress notifications, then the answer.' },
+              },
             },
           },
           '202': empty('Only notifications or answers were sent: accepted, nothing to answer.', RATE_LIMIT),
-          '400': ok(JsonRpcErrorSchema, 'Parse error (-32700: not JSON, not JSON-RPC), invalid request (-32600: nested too deep, U+0000 or an unpaired surrogate in a string, a batch too large, two tools/calls in one request) or an unsupported Mcp-Protocol-Version (-32000).'),
+          '400': ok(
+            JsonRpcErrorSchema,
+            'Parse error (-32700: not JSON, not JSON-RPC), invalid request (-32600: nested too deep, U+0000 or an unpaired surrogate in a string, a batch too large, two tools/calls in one request) or an unsupported Mcp-Protocol-Version (-32000).',
+          ),
           ...errors(['403', '413']),
           '406': ok(JsonRpcErrorSchema, 'Accept must list both application/json and text/event-stream.'),
-          '415': eitherError('The body must be application/json: a media type the service does not read (Error), or one it reads that is not JSON (JsonRpcError).'),
+          '415': eitherError(
+            'The body must be application/json: a media type the service does not read (Error), or one it reads that is not JSON (JsonRpcError).',
+          ),
           '500': eitherError('Something went wrong on our side: before the MCP transport (Error) or in it (JsonRpcError -32603).'),
         },
       } satisfies RouteSchema,
@@ -206,7 +218,8 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
         return reply.status(400).send({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'Parse error: the body is not valid JSON' } });
       }
       if (req.body === TOO_DEEP) return invalidRequest(reply, `JSON body nests deeper than ${config.MAX_JSON_DEPTH} levels`);
-      if (req.body === UNSUPPORTED) return invalidRequest(reply, 'a string or key contains U+0000 or an unpaired UTF-16 surrogate, which this service does not accept');
+      if (req.body === UNSUPPORTED)
+        return invalidRequest(reply, 'a string or key contains U+0000 or an unpaired UTF-16 surrogate, which this service does not accept');
       if (Array.isArray(req.body)) {
         const caller = req.caller!;
         const n = req.body.length;

@@ -210,7 +210,10 @@ export function createMcpServer(deps: McpDeps, ctx: McpRequestContext): Server {
   return server;
 }
 
-type SendNotification = (n: { method: 'notifications/progress'; params: { progressToken: ProgressToken; progress: number; message?: string } }) => Promise<void>;
+type SendNotification = (n: {
+  method: 'notifications/progress';
+  params: { progressToken: ProgressToken; progress: number; message?: string };
+}) => Promise<void>;
 
 /** Job progress (tokens generated, bytes fetched...) as MCP progress notifications. */
 function forwardProgress(watch: JobWatch, progressToken: ProgressToken, send: SendNotification): void {

@@ -14,14 +14,7 @@ import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import type { Config } from '../../config.js';
 import type { PaymentPayload } from './payload.js';
 import { networkProfile, type NetworkProfile, type PaymentRequirements } from './requirements.js';
-import {
-  INSUFFICIENT_FUNDS,
-  NONCE_USED_ON_CHAIN,
-  SettlerStartupError,
-  type PaymentSettler,
-  type SettleResult,
-  type VerifyResult,
-} from './settle-types.js';
+import { INSUFFICIENT_FUNDS, NONCE_USED_ON_CHAIN, SettlerStartupError, type PaymentSettler, type SettleResult, type VerifyResult } from './settle-types.js';
 
 /** What the service reads from and calls on an EIP-3009 token (USDC's FiatToken v2 signatures). */
 export const EIP3009_ABI = [
@@ -114,7 +107,9 @@ export class ChainSettler implements PaymentSettler {
     }
     if (!code || code === '0x') throw new SettlerStartupError(`${where} has no token contract at ${this.profile.asset} (X402_ASSET_ADDRESS)`);
     if (gas === 0n) {
-      throw new SettlerStartupError(`the settler account ${this.account.address} (X402_SETTLER_PRIVATE_KEY) has no ETH on chain ${chainId} to pay for settlement gas`);
+      throw new SettlerStartupError(
+        `the settler account ${this.account.address} (X402_SETTLER_PRIVATE_KEY) has no ETH on chain ${chainId} to pay for settlement gas`,
+      );
     }
   }
 
@@ -126,7 +121,12 @@ export class ChainSettler implements PaymentSettler {
     try {
       [balance, used] = await Promise.all([
         this.reader.readContract({ address: this.profile.asset, abi: EIP3009_ABI, functionName: 'balanceOf', args: [from] }),
-        this.reader.readContract({ address: this.profile.asset, abi: EIP3009_ABI, functionName: 'authorizationState', args: [from, auth.nonce as `0x${string}`] }),
+        this.reader.readContract({
+          address: this.profile.asset,
+          abi: EIP3009_ABI,
+          functionName: 'authorizationState',
+          args: [from, auth.nonce as `0x${string}`],
+        }),
       ]);
     } catch {
       return { isValid: false, invalidReason: RPC_UNREACHABLE, payer: auth.from };

@@ -104,8 +104,7 @@ export async function admitPayment(
     // Reserve before checking funds: a replayed token is then always "already used", and two
     // concurrent copies never both reach the facilitator or the chain. Deferred payments are capped
     // per payer in the same statement, since nothing checks their funds.
-    const deferredCapAtomic =
-      deps.settler.mode === 'deferred' ? BigInt(deps.config.X402_DEFERRED_MAX_CENTS) * ATOMIC_UNITS_PER_CENT : undefined;
+    const deferredCapAtomic = deps.settler.mode === 'deferred' ? BigInt(deps.config.X402_DEFERRED_MAX_CENTS) * ATOMIC_UNITS_PER_CENT : undefined;
     const id = await reserveNonce(deps.db, { payment, requirements, verified, tool: call.tool, version: decoded.version, deferredCapAtomic });
     const check = await deps.settler.verify(payment, requirements, decoded.v2);
     if (!check.isValid) {
@@ -119,14 +118,22 @@ export async function admitPayment(
         );
       }
       if (check.invalidReason === NONCE_USED_ON_CHAIN) {
-        throw new AppError('payment_already_used', `This payment authorization (nonce ${verified.nonce}) has already been used on chain. Sign a new payment with a fresh nonce.`, {
-          reason: 'nonce_already_used',
-        });
+        throw new AppError(
+          'payment_already_used',
+          `This payment authorization (nonce ${verified.nonce}) has already been used on chain. Sign a new payment with a fresh nonce.`,
+          {
+            reason: 'nonce_already_used',
+          },
+        );
       }
       if (check.invalidReason === INSUFFICIENT_FUNDS) {
-        throw paymentInvalid('insufficient_funds', `${verified.payer} does not hold the ${requirements.maxAmountRequired} atomic units this payment authorizes. Nothing ran and nothing was charged.`, {
-          facilitator_reason: check.invalidReason,
-        });
+        throw paymentInvalid(
+          'insufficient_funds',
+          `${verified.payer} does not hold the ${requirements.maxAmountRequired} atomic units this payment authorizes. Nothing ran and nothing was charged.`,
+          {
+            facilitator_reason: check.invalidReason,
+          },
+        );
       }
       throw paymentInvalid('payment_rejected', `${checker(deps)} refused this payment (${check.invalidReason ?? 'no reason given'}).`, {
         facilitator_reason: check.invalidReason ?? null,
@@ -143,10 +150,7 @@ export async function admitPayment(
  * Settles an admitted payment once the tool has produced its result. On failure the result must not
  * be returned: the error says so and nothing is charged.
  */
-export async function completePayment(
-  deps: X402Deps,
-  admitted: AdmittedPayment,
-): Promise<{ settlement: SettleResult; headers: Record<string, string> }> {
+export async function completePayment(deps: X402Deps, admitted: AdmittedPayment): Promise<{ settlement: SettleResult; headers: Record<string, string> }> {
   const result = await deps.settler.settle(admitted.payment, admitted.requirements, admitted.v2);
   const caip2 = networkProfile(deps.config).caip2;
   if (!result.success) {
@@ -199,11 +203,7 @@ export interface SettleAwaitingSummary {
  * Operator command: submits locally verified payments to a facilitator. Authorizations past their
  * validBefore can no longer move money and are marked failed.
  */
-export async function settleAwaitingPayments(
-  db: CommonQueryMethods,
-  settler: PaymentSettler,
-  now: Date = new Date(),
-): Promise<SettleAwaitingSummary> {
+export async function settleAwaitingPayments(db: CommonQueryMethods, settler: PaymentSettler, now: Date = new Date()): Promise<SettleAwaitingSummary> {
   if (settler.mode === 'deferred') {
     throw new Error('settling deferred payments needs a facilitator (X402_FACILITATOR_URL) or self-settlement (X402_RPC_URL + X402_SETTLER_PRIVATE_KEY)');
   }

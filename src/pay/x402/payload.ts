@@ -45,7 +45,10 @@ export const ExactEvmAuthorizationSchema = z.object({
   value: uint256.describe('Amount in atomic units: must equal maxAmountRequired exactly'),
   validAfter: uint256.describe('Unix seconds after which the authorization may be used'),
   validBefore: uint256.describe('Unix seconds before which it must be used'),
-  nonce: z.string().regex(/^0x[0-9a-fA-F]{64}$/, 'expected 32 random bytes as 0x-prefixed hex').describe('Unique per authorization; used once'),
+  nonce: z
+    .string()
+    .regex(/^0x[0-9a-fA-F]{64}$/, 'expected 32 random bytes as 0x-prefixed hex')
+    .describe('Unique per authorization; used once'),
 });
 export type ExactEvmAuthorization = z.infer<typeof ExactEvmAuthorizationSchema>;
 
@@ -56,7 +59,11 @@ export const PaymentPayloadSchema = z
     network: z.string().min(1).max(64).describe('x402 network name the payment is for'),
     payload: z.object({
       // 65-byte ECDSA signatures are 132 characters; the cap leaves room for EIP-2098 and wrapped forms.
-      signature: z.string().regex(/^0x([0-9a-fA-F]{2})+$/, 'expected 0x-prefixed hex').max(4096).describe('EIP-712 signature of TransferWithAuthorization'),
+      signature: z
+        .string()
+        .regex(/^0x([0-9a-fA-F]{2})+$/, 'expected 0x-prefixed hex')
+        .max(4096)
+        .describe('EIP-712 signature of TransferWithAuthorization'),
       authorization: ExactEvmAuthorizationSchema,
     }),
   })
@@ -104,8 +111,7 @@ export const PAYMENT_PAYLOAD_EXAMPLES: PaymentPayload[] = [
     scheme: 'exact',
     network: 'base-sepolia',
     payload: {
-      signature:
-        '0x2d6a7588d6acca505cbf0d9a4a227e0c52c6c34008c8e8986a1283259764173608a2ce6496642e377d6da8dbbf5836e9bd15092f9ecab05ded3d6293af148b571c',
+      signature: '0x2d6a7588d6acca505cbf0d9a4a227e0c52c6c34008c8e8986a1283259764173608a2ce6496642e377d6da8dbbf5836e9bd15092f9ecab05ded3d6293af148b571c',
       authorization: {
         from: '0x857b06519E91e3A54538791bDbb0E22373e36b66',
         to: '0x209693Bc6afc0C5328bA36FaF03C514EF312287C',

@@ -65,14 +65,20 @@ const uintString = z.string().regex(/^(0|[1-9]\d*)$/);
 export const PaymentRequirementsSchema = z.object({
   scheme: z.literal('exact').describe('Payment scheme: an exact amount, EIP-3009 on EVM networks'),
   network: z.enum(['base-sepolia', 'base']).describe('x402 network name'),
-  maxAmountRequired: uintString.describe('Price in the asset\'s atomic units (USDC: 10,000 per cent)'),
+  maxAmountRequired: uintString.describe("Price in the asset's atomic units (USDC: 10,000 per cent)"),
   resource: z.string().url().describe('Absolute URL of the paid resource'),
   description: z.string().describe('What the payment buys'),
   mimeType: z.string().describe('Media type of the paid response'),
   outputSchema: z.record(z.unknown()).optional().describe('Optional description of the input and output'),
-  payTo: z.string().regex(/^0x[0-9a-fA-F]{40}$/).describe('Address that receives the payment'),
+  payTo: z
+    .string()
+    .regex(/^0x[0-9a-fA-F]{40}$/)
+    .describe('Address that receives the payment'),
   maxTimeoutSeconds: z.number().int().positive().describe('How long a signed payment may take to arrive'),
-  asset: z.string().regex(/^0x[0-9a-fA-F]{40}$/).describe('Token contract address'),
+  asset: z
+    .string()
+    .regex(/^0x[0-9a-fA-F]{40}$/)
+    .describe('Token contract address'),
   extra: z.object({ name: z.string(), version: z.string() }).passthrough().describe('EIP-712 domain name and version of the token'),
 });
 export type PaymentRequirements = z.infer<typeof PaymentRequirementsSchema>;
@@ -126,7 +132,10 @@ export function paymentRequirements(config: Config, spec: PriceSpec): PaymentReq
 /** x402 v2 PaymentRequirements (what `@x402/core` calls PaymentRequirements): CAIP-2 network, `amount`. */
 export const PaymentRequirementsV2Schema = z.object({
   scheme: z.literal('exact'),
-  network: z.string().regex(/^eip155:\d{1,12}$/).describe('CAIP-2 network, e.g. eip155:84532'),
+  network: z
+    .string()
+    .regex(/^eip155:\d{1,12}$/)
+    .describe('CAIP-2 network, e.g. eip155:84532'),
   asset: z.string().regex(/^0x[0-9a-fA-F]{40}$/),
   amount: uintString.describe("Price in the asset's atomic units"),
   payTo: z.string().regex(/^0x[0-9a-fA-F]{40}$/),

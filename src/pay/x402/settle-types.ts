@@ -46,4 +46,3 @@ export const FACILITATOR_BAD_RESPONSE = 'facilitator_bad_response';
 /** The nonce is already used on chain (someone submitted this authorization): a replay. */
 export const NONCE_USED_ON_CHAIN = 'nonce_already_used';
 export const INSUFFICIENT_FUNDS = 'insufficient_funds';
-

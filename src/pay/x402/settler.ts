@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { x402Settlement, type Config, } from '../../config.js';
+import { x402Settlement, type Config } from '../../config.js';
 import {
   X402_VERSION,
   X402_VERSION_2,
@@ -11,7 +11,16 @@ import {
   type PaymentRequirements,
 } from './requirements.js';
 import type { PaymentPayload, PaymentPayloadV2 } from './payload.js';
-import { SettlerStartupError, FACILITATOR_UNREACHABLE, FACILITATOR_BAD_RESPONSE, NONCE_USED_ON_CHAIN, INSUFFICIENT_FUNDS, type PaymentSettler, type SettleResult, type VerifyResult } from './settle-types.js';
+import {
+  SettlerStartupError,
+  FACILITATOR_UNREACHABLE,
+  FACILITATOR_BAD_RESPONSE,
+  NONCE_USED_ON_CHAIN,
+  INSUFFICIENT_FUNDS,
+  type PaymentSettler,
+  type SettleResult,
+  type VerifyResult,
+} from './settle-types.js';
 
 export { SettlerStartupError, FACILITATOR_UNREACHABLE, FACILITATOR_BAD_RESPONSE, NONCE_USED_ON_CHAIN, INSUFFICIENT_FUNDS };
 export type { PaymentSettler, SettleResult, VerifyResult };
@@ -70,7 +79,10 @@ export class FacilitatorSettler implements PaymentSettler {
     const where = `the x402 facilitator at ${this.base}`;
     let body: unknown;
     try {
-      const res = await fetch(`${this.base}/supported`, { headers: { accept: 'application/json', ...this.headers }, signal: AbortSignal.timeout(Math.min(this.timeoutMs, 10_000)) });
+      const res = await fetch(`${this.base}/supported`, {
+        headers: { accept: 'application/json', ...this.headers },
+        signal: AbortSignal.timeout(Math.min(this.timeoutMs, 10_000)),
+      });
       if (!res.ok) throw new SettlerStartupError(`${where} answered GET /supported with HTTP ${res.status}`);
       body = await res.json().catch(() => undefined);
     } catch (e) {

@@ -87,11 +87,10 @@ export async function verifyPayment(
   const price = BigInt(requirements.maxAmountRequired);
   const value = BigInt(auth.value);
   if (value !== price) {
-    throw paymentInvalid(
-      'invalid_amount',
-      `The payment authorizes ${value} atomic units; this call costs exactly ${price} (maxAmountRequired).`,
-      { expected: price.toString(), received: value.toString() },
-    );
+    throw paymentInvalid('invalid_amount', `The payment authorizes ${value} atomic units; this call costs exactly ${price} (maxAmountRequired).`, {
+      expected: price.toString(),
+      received: value.toString(),
+    });
   }
   const validAfter = BigInt(auth.validAfter);
   const validBefore = BigInt(auth.validBefore);

@@ -4,10 +4,7 @@ import { PLANS, defineTool } from '../types.js';
 const BalanceOutput = z.object({
   credits: z.number().int().describe("The account's balance, in cents"),
   plan: z.enum(PLANS),
-  used_this_month: z
-    .number()
-    .int()
-    .describe("Cents charged this calendar month (UTC): the account's, or the sub-key's own when called with a sub-key"),
+  used_this_month: z.number().int().describe("Cents charged this calendar month (UTC): the account's, or the sub-key's own when called with a sub-key"),
 });
 
 export const checkBalance = defineTool({

@@ -18,9 +18,33 @@ import { sealMathjs } from '../mathjs-seal.js';
  * of the instance (classes: Parser, Chain, Unit, the *Node types...) are refused the same way.
  */
 const REFUSED = new Set([
-  'config', 'import', 'createUnit', 'evaluate', 'parse', 'compile', 'parser', 'simplify', 'simplifyConstant',
-  'simplifyCore', 'derivative', 'rationalize', 'resolve', 'leafCount', 'symbolicEqual', 'help', 'chain', 'reviver',
-  'replacer', 'typed', 'create', 'factory', 'on', 'off', 'once', 'emit', 'expression',
+  'config',
+  'import',
+  'createUnit',
+  'evaluate',
+  'parse',
+  'compile',
+  'parser',
+  'simplify',
+  'simplifyConstant',
+  'simplifyCore',
+  'derivative',
+  'rationalize',
+  'resolve',
+  'leafCount',
+  'symbolicEqual',
+  'help',
+  'chain',
+  'reviver',
+  'replacer',
+  'typed',
+  'create',
+  'factory',
+  'on',
+  'off',
+  'once',
+  'emit',
+  'expression',
 ]);
 
 /** Functions whose results would otherwise repeat nothing: seeded from the expression. */

@@ -87,4 +87,3 @@ export interface PassportApi {
   dismiss(deliveryId: string): Promise<{ delivery_id: string; deleted: true }>;
   send(input: { to: string; handle?: string; content?: string; label?: string | null; ttl_s?: number }): Promise<SendResult>;
 }
-

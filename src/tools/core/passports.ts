@@ -21,7 +21,10 @@ import { defineTool, type AnyTool, type ToolContext } from '../types.js';
 const CONTENT_MAX_CHARS = 4 * 1024 * 1024;
 
 const Handle = z.string().regex(HANDLE_RE, 'a passport handle: pp_ and 32 letters, digits, _ or -');
-const Content = z.string().max(CONTENT_MAX_CHARS).describe('The text to keep, at most PASSPORT_MAX_BYTES (256 KiB by default) of UTF-8; given back byte for byte');
+const Content = z
+  .string()
+  .max(CONTENT_MAX_CHARS)
+  .describe('The text to keep, at most PASSPORT_MAX_BYTES (256 KiB by default) of UTF-8; given back byte for byte');
 const Label = z.string().max(PASSPORT_LABEL_MAX).describe(`A name for the passport (at most ${PASSPORT_LABEL_MAX} characters)`);
 const Ttl = z
   .number()
@@ -39,9 +42,17 @@ const StoreInput = z
     label: Label.optional(),
     ttl_s: Ttl.optional(),
     handle: Handle.optional().describe('The passport to get or delete'),
-    delivery_id: z.string().regex(DELIVERY_RE, 'a delivery id: dl_ and 22 letters, digits, _ or -').optional().describe('delete: removes this delivery from your inbox instead of a passport'),
+    delivery_id: z
+      .string()
+      .regex(DELIVERY_RE, 'a delivery id: dl_ and 22 letters, digits, _ or -')
+      .optional()
+      .describe('delete: removes this delivery from your inbox instead of a passport'),
     limit: z.number().int().min(1).max(PASSPORT_PAGE_MAX).optional().describe(`list, inbox: entries per page (1-${PASSPORT_PAGE_MAX}, default 50)`),
-    cursor: z.string().regex(/^\d{1,7}$/).optional().describe("list, inbox: the previous page's next_cursor"),
+    cursor: z
+      .string()
+      .regex(/^\d{1,7}$/)
+      .optional()
+      .describe("list, inbox: the previous page's next_cursor"),
   })
   .strict()
   .superRefine((v, ctx) => {

@@ -23,7 +23,13 @@ export const cfPurgeCache = defineEdgeTool({
       tags: z.array(z.string().min(1).max(1024)).max(500).default([]).describe('Cache-Tag values to purge'),
       hosts: z.array(z.string().min(1).max(253)).max(500).default([]).describe('Purge everything cached for these host names'),
       prefixes: z
-        .array(z.string().min(1).max(1024).refine((p) => !/^https?:/i.test(p), 'a prefix has no scheme: example.com/blog/'))
+        .array(
+          z
+            .string()
+            .min(1)
+            .max(1024)
+            .refine((p) => !/^https?:/i.test(p), 'a prefix has no scheme: example.com/blog/'),
+        )
         .max(500)
         .default([])
         .describe('URL prefixes without scheme, e.g. example.com/blog/'),
@@ -76,7 +82,11 @@ export const cfPurgeAll = defineEdgeTool({
   qField: 'zone',
   output: '{zone, purged_everything: true, purge_id} or, for sandbox keys, {dry_run, requests}',
   outputSchema: orDryRun(
-    z.object({ zone: ZoneOut, purged_everything: z.literal(true), purge_id: z.string().nullable().describe("The id Cloudflare gave the purge, if it gave one") }),
+    z.object({
+      zone: ZoneOut,
+      purged_everything: z.literal(true),
+      purge_id: z.string().nullable().describe('The id Cloudflare gave the purge, if it gave one'),
+    }),
   ),
   examples: [{ zone: 'example.com' }],
   handler: async (input, ctx) => {
@@ -111,7 +121,15 @@ export const cfDevMode = defineEdgeTool({
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
     const zone = await resolveZone(cf, input.zone);
-    const s = await switchSetting<string>(cf, ctx, zone.id, 'development_mode', (v) => v === 'on', input.enabled, (on) => (on ? 'on' : 'off'));
+    const s = await switchSetting<string>(
+      cf,
+      ctx,
+      zone.id,
+      'development_mode',
+      (v) => v === 'on',
+      input.enabled,
+      (on) => (on ? 'on' : 'off'),
+    );
     if ('dry' in s) return s.dry;
     const now = s.after ?? s.current;
     return { zone: zoneOut(zone), enabled: now.value === 'on', time_remaining_seconds: Math.max(0, now.time_remaining ?? 0), changed: s.after !== null };
@@ -140,7 +158,8 @@ export const cfCacheRules = defineEdgeTool({
       }
     }),
   qField: 'zone',
-  output: '{zone, rules: [{id, description, action, expression, enabled, action_parameters}]} for list; {zone, rule, changed} for set/delete; or {dry_run, requests}',
+  output:
+    '{zone, rules: [{id, description, action, expression, enabled, action_parameters}]} for list; {zone, rule, changed} for set/delete; or {dry_run, requests}',
   outputSchema: RuleOperationOut,
   examples: [
     { zone: 'example.com' },

@@ -145,7 +145,7 @@ export class CfClient {
     }
     if (status >= 400) throw new AppError('tool_failed', `Cloudflare rejected the analytics query (HTTP ${status})`, { cloudflare: { status, errors: [] } });
     if (body.data === null || body.data === undefined) {
-      throw new AppError('upstream_error', 'Cloudflare\'s analytics API returned no data');
+      throw new AppError('upstream_error', "Cloudflare's analytics API returned no data");
     }
     return body.data;
   }
@@ -186,7 +186,12 @@ export class CfClient {
       );
     }
     if (!env || typeof env.success !== 'boolean') {
-      throw new AppError('upstream_error', `Cloudflare answered HTTP ${status} with a body that is not its API envelope`, { cloudflare: { status } }, { retryable: !write });
+      throw new AppError(
+        'upstream_error',
+        `Cloudflare answered HTTP ${status} with a body that is not its API envelope`,
+        { cloudflare: { status } },
+        { retryable: !write },
+      );
     }
     if (status >= 400 || !env.success) {
       throw new AppError('tool_failed', `Cloudflare rejected the request: ${text || `HTTP ${status}`}`, details);

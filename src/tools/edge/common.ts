@@ -25,12 +25,7 @@ export function normalizeHost(v: string): string {
   return domainToASCII(s);
 }
 
-export const domainName = z
-  .string()
-  .min(1)
-  .max(253)
-  .transform(normalizeHost)
-  .refine(isDomainName, 'expected a domain name such as example.com');
+export const domainName = z.string().min(1).max(253).transform(normalizeHost).refine(isDomainName, 'expected a domain name such as example.com');
 
 export const zoneRef = z
   .string()
@@ -52,7 +47,10 @@ export const ttl = z
   .refine((v) => v === 1 || (v >= 60 && v <= 86400), 'TTL must be 1 (automatic) or 60..86400 seconds')
   .describe('Time to live in seconds: 1 means automatic, otherwise 60..86400');
 
-export const ipv4 = z.string().trim().refine((v) => isIPv4(v), 'expected an IPv4 address such as 203.0.113.10');
+export const ipv4 = z
+  .string()
+  .trim()
+  .refine((v) => isIPv4(v), 'expected an IPv4 address such as 203.0.113.10');
 export const ipv6 = z
   .string()
   .trim()
@@ -257,8 +255,6 @@ export async function switchSetting<V>(
  * Every cf_* tool is in the edge family, unlocked by the pro plan, and needs the caller's edge token:
  * facts of the suite, set once here. Each tool's own file keeps its name, price, input and handler.
  */
-export function defineEdgeTool<S extends z.ZodTypeAny, R>(
-  def: Omit<ToolDefinition<S, R>, 'tier' | 'family' | 'needsEdgeToken'>,
-): ToolDefinition<S, R> {
+export function defineEdgeTool<S extends z.ZodTypeAny, R>(def: Omit<ToolDefinition<S, R>, 'tier' | 'family' | 'needsEdgeToken'>): ToolDefinition<S, R> {
   return defineTool({ ...def, tier: 'pro', family: 'edge', needsEdgeToken: true });
 }

@@ -28,7 +28,28 @@ export interface DnsRecord {
 }
 
 /** The record types Cloudflare's API description lists (a zone may hold any of them, not only RECORD_TYPES). */
-const CF_RECORD_TYPES = ['A', 'AAAA', 'CAA', 'CERT', 'CNAME', 'DNSKEY', 'DS', 'HTTPS', 'LOC', 'MX', 'NAPTR', 'NS', 'PTR', 'SMIMEA', 'SRV', 'SSHFP', 'SVCB', 'TLSA', 'TXT', 'URI'] as const;
+const CF_RECORD_TYPES = [
+  'A',
+  'AAAA',
+  'CAA',
+  'CERT',
+  'CNAME',
+  'DNSKEY',
+  'DS',
+  'HTTPS',
+  'LOC',
+  'MX',
+  'NAPTR',
+  'NS',
+  'PTR',
+  'SMIMEA',
+  'SRV',
+  'SSHFP',
+  'SVCB',
+  'TLSA',
+  'TXT',
+  'URI',
+] as const;
 
 /** recordSummary's shape, in output schemas. */
 export const RecordOut = z.object({
@@ -39,7 +60,7 @@ export const RecordOut = z.object({
   ttl: z.number().int().describe('Seconds; 1 means automatic'),
   proxied: z.boolean(),
   priority: z.number().int().optional().describe('MX and SRV (and URI) priority, when the record has one'),
-  data: z.record(z.unknown()).optional().describe("Structured value of CAA, SRV and similar records, as Cloudflare returns it (its fields depend on the type)"),
+  data: z.record(z.unknown()).optional().describe('Structured value of CAA, SRV and similar records, as Cloudflare returns it (its fields depend on the type)'),
   comment: z.string().optional().describe('The note stored with the record, when it has one'),
 });
 
@@ -86,11 +107,9 @@ export const recordFields = {
   comment: z.string().max(100).optional().describe('A note stored with the record'),
 };
 
-export const RecordInput = z
-  .object({ type: recordType, ...recordFields })
-  .superRefine((r, ctx) => {
-    for (const issue of recordProblems(r)) ctx.addIssue({ code: 'custom', path: issue.path, message: issue.message });
-  });
+export const RecordInput = z.object({ type: recordType, ...recordFields }).superRefine((r, ctx) => {
+  for (const issue of recordProblems(r)) ctx.addIssue({ code: 'custom', path: issue.path, message: issue.message });
+});
 export type RecordInput = z.output<typeof RecordInput>;
 
 interface RecordShape {
@@ -118,7 +137,8 @@ export function recordProblems(r: RecordShape): Array<{ path: string[]; message:
       if (p) out.push({ path: ['content'], message: `${r.type} target '${c}' ${p}` });
     }
     if (r.type === 'TXT' && c.length > 2048) out.push({ path: ['content'], message: 'TXT content is limited to 2048 characters' });
-    if (['CAA', 'SRV'].includes(r.type)) out.push({ path: ['content'], message: `${r.type} records take their value in '${r.type.toLowerCase()}', not content` });
+    if (['CAA', 'SRV'].includes(r.type))
+      out.push({ path: ['content'], message: `${r.type} records take their value in '${r.type.toLowerCase()}', not content` });
   }
   if (r.type === 'MX' && r.priority === undefined) out.push({ path: ['priority'], message: 'MX records need a priority' });
   if (r.type !== 'MX' && r.priority !== undefined) out.push({ path: ['priority'], message: 'priority applies to MX records only (SRV has it in srv)' });
@@ -257,7 +277,10 @@ export async function recordsAt(cf: CfClient, zoneId: string, names: string[]): 
   const byName = new Map<string, DnsRecord[]>();
   for (const name of names) {
     const { items } = await cf.listAll<DnsRecord>(cfPath`/zones/${zoneId}/dns_records`, { name }, { what: `records of ${name}` });
-    byName.set(name, items.filter((r) => r.name === name));
+    byName.set(
+      name,
+      items.filter((r) => r.name === name),
+    );
   }
   return byName;
 }

@@ -19,7 +19,6 @@ import {
 const RECORD_ID = z.string().regex(/^[0-9a-f]{32}$/, 'expected a 32-character DNS record id');
 const recordId = RECORD_ID.describe('DNS record id (32 hex characters), as cf_list_dns shows it');
 
-
 /** The input fields that pick records: one by record_id, or those at a name (optionally of one type). */
 const recordSelector = {
   zone: zoneRef,

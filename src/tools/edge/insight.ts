@@ -29,7 +29,8 @@ function day(d: Date): string {
 function period(input: { days: number; since?: string; until?: string }): { since: string; until: string } {
   const until = input.until ?? day(new Date());
   const since = input.since ?? day(new Date(Date.parse(`${until}T00:00:00Z`) - (input.days - 1) * 86_400_000));
-  if (since > until) throw new AppError('invalid_input', `since (${since}) is after until (${until})`, { issues: [{ path: ['since'], message: 'after until' }] });
+  if (since > until)
+    throw new AppError('invalid_input', `since (${since}) is after until (${until})`, { issues: [{ path: ['since'], message: 'after until' }] });
   if ((Date.parse(until) - Date.parse(since)) / 86_400_000 > 366) {
     throw new AppError('invalid_input', 'The period may span at most 366 days', { issues: [{ path: ['since'], message: 'period too long' }] });
   }
@@ -136,7 +137,9 @@ const ThreatsOutput = z.object({
   zone: ZoneOut,
   period: z.object({ since: z.string().describe('ISO 8601 time (UTC)'), until: z.string().describe('ISO 8601 time (UTC)') }),
   total_events: count,
-  by_action: z.array(z.object({ action: z.string().describe('e.g. block, managed_challenge'), source: z.string().describe('The rule source, e.g. firewallCustom'), count })),
+  by_action: z.array(
+    z.object({ action: z.string().describe('e.g. block, managed_challenge'), source: z.string().describe('The rule source, e.g. firewallCustom'), count }),
+  ),
   top_ips: z.array(z.object({ ip: z.string(), country: z.string(), asn: z.number().int().min(0), count })),
   top_countries: z.array(z.object({ country: z.string(), count })),
   top_paths: z.array(z.object({ path: z.string(), count })),
@@ -148,7 +151,8 @@ export const cfAnalytics = defineEdgeTool({
   priceCents: 0,
   input: z.object(PeriodInput),
   qField: 'zone',
-  output: '{zone, period: {since, until}, totals: {requests, cached_requests, cache_ratio, page_views, threats, bytes}, status_codes: {code: requests}, top_countries: [{country, requests}], days: [{date, requests, cached_requests, page_views, uniques, threats, bytes}]}',
+  output:
+    '{zone, period: {since, until}, totals: {requests, cached_requests, cache_ratio, page_views, threats, bytes}, status_codes: {code: requests}, top_countries: [{country, requests}], days: [{date, requests, cached_requests, page_views, uniques, threats, bytes}]}',
   outputSchema: AnalyticsOutput,
   examples: [{ zone: 'example.com' }, { zone: 'example.com', days: 30 }, { zone: 'example.com', since: '2025-01-01', until: '2025-01-31' }],
   handler: async (input, ctx) => {
@@ -168,8 +172,18 @@ export const cfAnalytics = defineEdgeTool({
       }),
       { requests: 0, cached_requests: 0, page_views: 0, threats: 0, bytes: 0 },
     );
-    const status = mergeMap(groups, (g) => g.sum.responseStatusMap, (s) => String(s.edgeResponseStatus), (s) => s.requests);
-    const countries = mergeMap(groups, (g) => g.sum.countryMap, (c) => c.clientCountryName, (c) => c.requests ?? 0);
+    const status = mergeMap(
+      groups,
+      (g) => g.sum.responseStatusMap,
+      (s) => String(s.edgeResponseStatus),
+      (s) => s.requests,
+    );
+    const countries = mergeMap(
+      groups,
+      (g) => g.sum.countryMap,
+      (c) => c.clientCountryName,
+      (c) => c.requests ?? 0,
+    );
     return {
       zone: zoneOut(zone),
       period: p,
@@ -195,7 +209,8 @@ export const cfBandwidth = defineEdgeTool({
   priceCents: 0,
   input: z.object(PeriodInput),
   qField: 'zone',
-  output: '{zone, period, totals: {bytes, cached_bytes, uncached_bytes, encrypted_bytes, cache_ratio, human}, top_countries: [{country, bytes}], content_types: [{type, bytes}], days: [{date, bytes, cached_bytes}]}',
+  output:
+    '{zone, period, totals: {bytes, cached_bytes, uncached_bytes, encrypted_bytes, cache_ratio, human}, top_countries: [{country, bytes}], content_types: [{type, bytes}], days: [{date, bytes, cached_bytes}]}',
   outputSchema: BandwidthOutput,
   examples: [{ zone: 'example.com' }, { zone: 'example.com', days: 30 }],
   handler: async (input, ctx) => {
@@ -208,12 +223,29 @@ export const cfBandwidth = defineEdgeTool({
     const bytes = groups.reduce((n, g) => n + (g.sum.bytes ?? 0), 0);
     const cached = groups.reduce((n, g) => n + (g.sum.cachedBytes ?? 0), 0);
     const encrypted = groups.reduce((n, g) => n + (g.sum.encryptedBytes ?? 0), 0);
-    const countries = mergeMap(groups, (g) => g.sum.countryMap, (c) => c.clientCountryName, (c) => c.bytes ?? 0);
-    const types = mergeMap(groups, (g) => g.sum.contentTypeMap, (c) => c.edgeResponseContentTypeName, (c) => c.bytes ?? 0);
+    const countries = mergeMap(
+      groups,
+      (g) => g.sum.countryMap,
+      (c) => c.clientCountryName,
+      (c) => c.bytes ?? 0,
+    );
+    const types = mergeMap(
+      groups,
+      (g) => g.sum.contentTypeMap,
+      (c) => c.edgeResponseContentTypeName,
+      (c) => c.bytes ?? 0,
+    );
     return {
       zone: zoneOut(zone),
       period: p,
-      totals: { bytes, cached_bytes: cached, uncached_bytes: bytes - cached, encrypted_bytes: encrypted, cache_ratio: ratio(cached, bytes), human: humanBytes(bytes) },
+      totals: {
+        bytes,
+        cached_bytes: cached,
+        uncached_bytes: bytes - cached,
+        encrypted_bytes: encrypted,
+        cache_ratio: ratio(cached, bytes),
+        human: humanBytes(bytes),
+      },
       top_countries: topN(countries, 10).map(([country, b]) => ({ country, bytes: b })),
       content_types: topN(types, 10).map(([type, b]) => ({ type, bytes: b })),
       days: groups.map((g) => ({ date: g.dimensions.date, bytes: g.sum.bytes ?? 0, cached_bytes: g.sum.cachedBytes ?? 0 })),
@@ -236,7 +268,8 @@ export const cfThreats = defineEdgeTool({
     top: z.number().int().min(1).max(50).default(10).describe('How many top IPs, countries and paths to list'),
   }),
   qField: 'zone',
-  output: '{zone, period: {since, until}, total_events, by_action: [{action, source, count}], top_ips: [{ip, country, asn, count}], top_countries: [{country, count}], top_paths: [{path, count}]}',
+  output:
+    '{zone, period: {since, until}, total_events, by_action: [{action, source, count}], top_ips: [{ip, country, asn, count}], top_countries: [{country, count}], top_paths: [{path, count}]}',
   outputSchema: ThreatsOutput,
   examples: [{ zone: 'example.com' }, { zone: 'example.com', hours: 6, top: 20 }],
   handler: async (input, ctx) => {

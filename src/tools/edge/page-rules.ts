@@ -17,7 +17,10 @@ const PageRuleAction = z.discriminatedUnion('id', [
   z.object({
     id: z.literal('forward_url'),
     url: z.string().url().describe('Where to redirect; $1, $2... stand for the *s of the pattern'),
-    status_code: z.union([z.literal(301), z.literal(302)]).default(301).describe('301 permanent or 302 temporary'),
+    status_code: z
+      .union([z.literal(301), z.literal(302)])
+      .default(301)
+      .describe('301 permanent or 302 temporary'),
   }),
   z.object({ id: z.literal('always_use_https') }),
   z.object({ id: z.literal('cache_level'), value: z.enum(['bypass', 'basic', 'simplified', 'aggressive', 'cache_everything']) }),
@@ -49,7 +52,10 @@ const urlField = z
   .regex(TARGET_RE, 'expected a URL pattern such as *example.com/images/* or https://www.example.com/*')
   .describe('URL pattern the rule applies to; * matches anything');
 
-const pageRuleId = z.string().regex(/^[0-9a-f]{32}$/, 'expected a 32-character page rule id').describe('Page rule id, as cf_list_page_rules shows it');
+const pageRuleId = z
+  .string()
+  .regex(/^[0-9a-f]{32}$/, 'expected a 32-character page rule id')
+  .describe('Page rule id, as cf_list_page_rules shows it');
 
 function actionBody(a: PageRuleAction): Record<string, unknown> {
   if (a.id === 'forward_url') return { id: a.id, value: { url: a.url, status_code: a.status_code } };
@@ -132,7 +138,14 @@ export const cfCreatePageRule = defineEdgeTool({
   output: '{zone, page_rule: {id, url, actions, priority, status}} or, for sandbox keys, {dry_run, requests}',
   outputSchema: WrittenPageRuleOutput,
   examples: [
-    { zone: 'example.com', url: '*example.com/static/*', actions: [{ id: 'cache_level', value: 'cache_everything' }, { id: 'edge_cache_ttl', value: 86400 }] },
+    {
+      zone: 'example.com',
+      url: '*example.com/static/*',
+      actions: [
+        { id: 'cache_level', value: 'cache_everything' },
+        { id: 'edge_cache_ttl', value: 86400 },
+      ],
+    },
     { zone: 'example.com', url: 'example.com/*', actions: [{ id: 'forward_url', url: 'https://www.example.com/$1', status_code: 301 }] },
   ],
   handler: async (input, ctx) => {

@@ -1,7 +1,18 @@
 import { z } from 'zod';
 import { CfClient } from './cf-client.js';
 import { DryRunOut, ZoneOut, applyWrites, ipv4, ipv6, resolveZone, ttl, zoneOut, zoneRef, defineEdgeTool } from './common.js';
-import { PlanChangesOut, RecordOut, batchWrite, planIsEmpty, planRecords, planSummary, recordsAt, recordSummary, type BatchResult, type Desired } from './dns-records.js';
+import {
+  PlanChangesOut,
+  RecordOut,
+  batchWrite,
+  planIsEmpty,
+  planRecords,
+  planSummary,
+  recordsAt,
+  recordSummary,
+  type BatchResult,
+  type Desired,
+} from './dns-records.js';
 
 const ADDRESS_TYPES = new Set(['A', 'AAAA', 'CNAME']);
 

@@ -190,7 +190,11 @@ export const RuleMatch = z
       .describe('Visitor countries (ISO 3166-1 alpha-2)'),
     ips: z.array(cidrOrIp).max(100).optional().describe('Visitor IPs or CIDR ranges'),
     asns: z.array(z.number().int().min(1).max(4294967295)).max(100).optional().describe('Visitor autonomous system numbers'),
-    methods: z.array(z.enum(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])).max(7).optional().describe('HTTP methods'),
+    methods: z
+      .array(z.enum(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']))
+      .max(7)
+      .optional()
+      .describe('HTTP methods'),
     user_agent_contains: z.string().min(1).max(256).optional().describe('Text the User-Agent contains'),
   })
   .refine((m) => Object.values(m).some((v) => v !== undefined), 'give at least one condition')
@@ -211,11 +215,7 @@ export function matchExpression(m: RuleMatch): string {
   return parts.length === 1 ? parts[0]! : parts.map((p) => `(${p})`).join(' and ');
 }
 
-export const expressionField = z
-  .string()
-  .min(1)
-  .max(4096)
-  .describe('A Cloudflare Rules language expression, e.g. (http.request.uri.path contains "/admin")');
+export const expressionField = z.string().min(1).max(4096).describe('A Cloudflare Rules language expression, e.g. (http.request.uri.path contains "/admin")');
 
 export function requireOne(expression: string | undefined, match: RuleMatch | undefined): string {
   if (expression) return expression;
@@ -227,8 +227,12 @@ export function requireOne(expression: string | undefined, match: RuleMatch | un
 export const ruleOperationFields = {
   zone: zoneRef,
   operation: z.enum(['list', 'set', 'delete']).default('list').describe('list the rules, set (create or change) one, or delete one'),
-  name: z.string().min(1).max(500).optional().describe('The rule\'s name (its description); set and delete find the rule by it'),
-  rule_id: z.string().regex(/^[0-9a-f]{32}$/).optional().describe('The rule\'s id, to pick it instead of by name'),
+  name: z.string().min(1).max(500).optional().describe("The rule's name (its description); set and delete find the rule by it"),
+  rule_id: z
+    .string()
+    .regex(/^[0-9a-f]{32}$/)
+    .optional()
+    .describe("The rule's id, to pick it instead of by name"),
   expression: expressionField.optional(),
   match: RuleMatch.optional(),
 };

@@ -2,7 +2,19 @@ import { isIPv4, isIPv6 } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
 import { CfClient, cfPath, type PlannedWrite } from './cf-client.js';
-import { ZoneOut, accountId, applyWrites, orDryRun, resolveAccountId, resolveZone, switchEnabled, switchSetting, zoneOut, zoneRef, defineEdgeTool } from './common.js';
+import {
+  ZoneOut,
+  accountId,
+  applyWrites,
+  orDryRun,
+  resolveAccountId,
+  resolveZone,
+  switchEnabled,
+  switchSetting,
+  zoneOut,
+  zoneRef,
+  defineEdgeTool,
+} from './common.js';
 import { RuleOperationOut, requireOne, ruleOperationFields, ruleOperationProblems, runRuleOperation } from './rulesets.js';
 
 const SECURITY_LEVELS = ['essentially_off', 'low', 'medium', 'high'] as const;
@@ -123,7 +135,11 @@ export const cfBlockIp = defineEdgeTool({
   qField: 'ip',
   output: '{scope: zone|account, zone?, rule: {id, mode, target, value, notes}, changed} or, for sandbox keys, {dry_run, requests}',
   outputSchema: BlockIpOutput,
-  examples: [{ ip: '198.51.100.23', zone: 'example.com' }, { ip: '2001:db8:1234::/48', mode: 'managed_challenge', zone: 'example.com' }, { ip: '203.0.113.0/24' }],
+  examples: [
+    { ip: '198.51.100.23', zone: 'example.com' },
+    { ip: '2001:db8:1234::/48', mode: 'managed_challenge', zone: 'example.com' },
+    { ip: '203.0.113.0/24' },
+  ],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
     const target = accessTarget(input.ip) as { target: string; value: string };
@@ -181,7 +197,13 @@ export const cfFirewallRules = defineEdgeTool({
   outputSchema: RuleOperationOut,
   examples: [
     { zone: 'example.com' },
-    { zone: 'example.com', operation: 'set', name: 'Challenge admin from abroad', expression: '(starts_with(http.request.uri.path, "/admin") and ip.src.country ne "DE")', action: 'managed_challenge' },
+    {
+      zone: 'example.com',
+      operation: 'set',
+      name: 'Challenge admin from abroad',
+      expression: '(starts_with(http.request.uri.path, "/admin") and ip.src.country ne "DE")',
+      action: 'managed_challenge',
+    },
     { zone: 'example.com', operation: 'set', name: 'Block bad bots', match: { user_agent_contains: 'BadBot' } },
     { zone: 'example.com', operation: 'delete', name: 'Block bad bots' },
   ],

@@ -38,22 +38,35 @@ const EmailInput = z
       .max(10)
       .optional()
       .describe('custom only: the mail servers, e.g. [{"host": "mx1.mailhost.example", "priority": 10}]'),
-    spf_include: z.array(hostName).max(5).optional().describe('Domains to include in SPF (custom: your provider\'s; others: extra senders such as a newsletter service)'),
+    spf_include: z
+      .array(hostName)
+      .max(5)
+      .optional()
+      .describe("Domains to include in SPF (custom: your provider's; others: extra senders such as a newsletter service)"),
     dkim: z
       .object({
-        selector: z.string().regex(/^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$/i, 'a DNS label such as google or zmail').describe('DKIM selector'),
+        selector: z
+          .string()
+          .regex(/^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$/i, 'a DNS label such as google or zmail')
+          .describe('DKIM selector'),
         value: dkimValue.describe('The TXT value the provider gave you, starting v=DKIM1;'),
       })
       .optional()
       .describe('DKIM key for providers that generate one per domain (Google Workspace, Zoho, custom)'),
-    microsoft_mx_host: hostName.optional().describe('microsoft_365: the MX host from the admin center; derived as <domain-with-dashes>.mail.protection.outlook.com when left out'),
+    microsoft_mx_host: hostName
+      .optional()
+      .describe('microsoft_365: the MX host from the admin center; derived as <domain-with-dashes>.mail.protection.outlook.com when left out'),
     microsoft_tenant: z
       .string()
       .regex(/^[a-z0-9-]+\.onmicrosoft\.com$/i, 'expected the initial domain, e.g. contoso.onmicrosoft.com')
       .transform((s) => s.toLowerCase())
       .optional()
-      .describe('microsoft_365: the tenant\'s initial domain (contoso.onmicrosoft.com), to add the DKIM selector CNAMEs'),
-    proton_verification: z.string().regex(/^[a-z0-9]{20,100}$/i, 'the code after protonmail-verification=').optional().describe('proton: the domain verification code'),
+      .describe("microsoft_365: the tenant's initial domain (contoso.onmicrosoft.com), to add the DKIM selector CNAMEs"),
+    proton_verification: z
+      .string()
+      .regex(/^[a-z0-9]{20,100}$/i, 'the code after protonmail-verification=')
+      .optional()
+      .describe('proton: the domain verification code'),
     proton_dkim_targets: z
       .array(hostName)
       .length(3)
@@ -77,7 +90,8 @@ const EmailInput = z
       ['proton_dkim_targets', 'proton'],
     ];
     for (const [field, provider] of only) {
-      if (v[field] !== undefined && v.provider !== provider) c.addIssue({ code: 'custom', path: [field], message: `${field} applies to provider ${provider} only` });
+      if (v[field] !== undefined && v.provider !== provider)
+        c.addIssue({ code: 'custom', path: [field], message: `${field} applies to provider ${provider} only` });
     }
     if (v.provider === 'custom' && !v.mx_hosts) c.addIssue({ code: 'custom', path: ['mx_hosts'], message: 'custom needs mx_hosts' });
     if (v.dkim && ['fastmail', 'microsoft_365', 'proton'].includes(v.provider)) {
@@ -131,7 +145,9 @@ function preset(input: EmailInput, domain: string): Preset {
         mx: [{ host: 'smtp.google.com', priority: 1 }],
         spf: ['_spf.google.com'],
         extra: dkimTxt,
-        notes: input.dkim ? [] : ['Generate a DKIM key in the Google Admin console (Apps > Google Workspace > Gmail > Authenticate email) and run again with dkim.'],
+        notes: input.dkim
+          ? []
+          : ['Generate a DKIM key in the Google Admin console (Apps > Google Workspace > Gmail > Authenticate email) and run again with dkim.'],
       };
     case 'microsoft_365':
       return {
@@ -140,12 +156,20 @@ function preset(input: EmailInput, domain: string): Preset {
         extra: [
           { type: 'CNAME', name: 'autodiscover', content: 'autodiscover.outlook.com' },
           ...(input.microsoft_tenant
-            ? [1, 2].map((n) => ({ type: 'CNAME' as const, name: `selector${n}._domainkey`, content: `selector${n}-${dashed}._domainkey.${input.microsoft_tenant}` }))
+            ? [1, 2].map((n) => ({
+                type: 'CNAME' as const,
+                name: `selector${n}._domainkey`,
+                content: `selector${n}-${dashed}._domainkey.${input.microsoft_tenant}`,
+              }))
             : []),
         ],
         notes: [
-          ...(input.microsoft_mx_host ? [] : [`The MX host was derived as ${dashed}.mail.protection.outlook.com; compare it with the value in the Microsoft 365 admin center.`]),
-          ...(input.microsoft_tenant ? ['Turn DKIM signing on in the Microsoft Defender portal once the CNAMEs resolve.'] : ['Pass microsoft_tenant (xxx.onmicrosoft.com) to add the DKIM CNAMEs.']),
+          ...(input.microsoft_mx_host
+            ? []
+            : [`The MX host was derived as ${dashed}.mail.protection.outlook.com; compare it with the value in the Microsoft 365 admin center.`]),
+          ...(input.microsoft_tenant
+            ? ['Turn DKIM signing on in the Microsoft Defender portal once the CNAMEs resolve.']
+            : ['Pass microsoft_tenant (xxx.onmicrosoft.com) to add the DKIM CNAMEs.']),
         ],
       };
     case 'fastmail':
@@ -300,14 +324,20 @@ export const cfSetupEmail = defineEdgeTool({
     let spf: string | null = spfRecords[0] ? unquoteTxt(spfRecords[0].content) : null;
     if (spfRecords.length > 1) {
       // Several SPF records already fail every check; fold the others' terms into the first.
-      const extraTerms = spfRecords.slice(1).flatMap((r) => unquoteTxt(r.content).split(/\s+/).slice(1).filter((x) => !ALL_RE.test(x)));
+      const extraTerms = spfRecords.slice(1).flatMap((r) =>
+        unquoteTxt(r.content)
+          .split(/\s+/)
+          .slice(1)
+          .filter((x) => !ALL_RE.test(x)),
+      );
       spf = mergeTerms(spf!, extraTerms);
       warnings.push(`Found ${spfRecords.length} SPF records at ${apex}; merged them into one, as receivers reject mail when there are several.`);
     }
     if (includes.length || spf) {
       const merged = includes.length ? mergeSpf(spf, includes).content : spf!;
       const lookups = merged.split(/\s+/).filter((x) => LOOKUP_RE.test(x)).length;
-      if (lookups > 10) warnings.push(`The SPF record needs ${lookups} DNS lookups; receivers allow 10, so SPF checks will fail until some includes are removed.`);
+      if (lookups > 10)
+        warnings.push(`The SPF record needs ${lookups} DNS lookups; receivers allow 10, so SPF checks will fail until some includes are removed.`);
       const keep = spfRecords[0];
       // An existing SPF record keeps its TTL: only its terms are ours to change.
       plans.push(planRecords(spfRecords, [{ type: 'TXT', name: apex, content: merged, ttl: keep ? keep.ttl : t }]));
@@ -317,7 +347,10 @@ export const cfSetupEmail = defineEdgeTool({
     // DKIM and provider records: whatever sits at those names would conflict (a CNAME stands alone).
     for (const e of p.extra) {
       const name = full(e.name);
-      const scope = e.name === '@' ? at(name).filter((r) => r.type === 'TXT' && /^protonmail-verification=/i.test(unquoteTxt(r.content))) : at(name).filter((r) => ['CNAME', 'TXT', 'A', 'AAAA'].includes(r.type));
+      const scope =
+        e.name === '@'
+          ? at(name).filter((r) => r.type === 'TXT' && /^protonmail-verification=/i.test(unquoteTxt(r.content)))
+          : at(name).filter((r) => ['CNAME', 'TXT', 'A', 'AAAA'].includes(r.type));
       plans.push(planRecords(scope, [{ type: e.type, name, content: e.content, ttl: t }]));
     }
 
@@ -331,7 +364,12 @@ export const cfSetupEmail = defineEdgeTool({
     }
 
     const plan = mergePlans(plans);
-    warnings.push(...(await mailHostWarnings(ctx, p.mx.map((m) => m.host))));
+    warnings.push(
+      ...(await mailHostWarnings(
+        ctx,
+        p.mx.map((m) => m.host),
+      )),
+    );
     const changes = planSummary(plan);
     const records = {
       mx: p.mx,
@@ -346,7 +384,11 @@ export const cfSetupEmail = defineEdgeTool({
     const applied = await applyWrites(cf, ctx, [batchWrite(zone.id, plan)]);
     if ('dry' in applied) return { ...applied.dry, changes, warnings };
     const result = (applied.results[0] ?? {}) as BatchResult;
-    return { ...out, changed: true, changes: { ...changes, applied: { created: result.posts?.length ?? 0, updated: result.patches?.length ?? 0, deleted: result.deletes?.length ?? 0 } } };
+    return {
+      ...out,
+      changed: true,
+      changes: { ...changes, applied: { created: result.posts?.length ?? 0, updated: result.patches?.length ?? 0, deleted: result.deletes?.length ?? 0 } },
+    };
   },
 });
 

@@ -66,7 +66,8 @@ export const cfSslStatus = defineEdgeTool({
   priceCents: 0,
   input: z.object({ zone: zoneRef }),
   qField: 'zone',
-  output: '{zone, mode, mode_label, universal_ssl, always_use_https, min_tls_version, certificates: [{status, validation_method, verification_status, ...}], summary}',
+  output:
+    '{zone, mode, mode_label, universal_ssl, always_use_https, min_tls_version, certificates: [{status, validation_method, verification_status, ...}], summary}',
   outputSchema: SslStatusOutput,
   examples: [{ zone: 'example.com' }],
   handler: async (input, ctx) => {
@@ -110,14 +111,19 @@ export const cfSslMode = defineEdgeTool({
     zone: zoneRef,
     mode: z
       .enum(SSL_MODES)
-      .describe('off; flexible (HTTPS to visitors, HTTP to the origin); full (HTTPS to the origin, any certificate); strict (HTTPS to the origin with a valid certificate)'),
+      .describe(
+        'off; flexible (HTTPS to visitors, HTTP to the origin); full (HTTPS to the origin, any certificate); strict (HTTPS to the origin with a valid certificate)',
+      ),
     always_use_https: z.boolean().optional().describe('Also redirect every HTTP request to HTTPS'),
     min_tls_version: z.enum(['1.0', '1.1', '1.2', '1.3']).optional().describe('Also set the oldest TLS version visitors may use'),
   }),
   qField: 'zone',
   output: '{zone, mode, previous_mode, changed, always_use_https, min_tls_version, warnings} or, for sandbox keys, {dry_run, requests}',
   outputSchema: SslModeOutput,
-  examples: [{ zone: 'example.com', mode: 'strict' }, { zone: 'example.com', mode: 'full', always_use_https: true, min_tls_version: '1.2' }],
+  examples: [
+    { zone: 'example.com', mode: 'strict' },
+    { zone: 'example.com', mode: 'full', always_use_https: true, min_tls_version: '1.2' },
+  ],
   handler: async (input, ctx) => {
     const cf = new CfClient(ctx);
     const zone = await resolveZone(cf, input.zone);
@@ -129,7 +135,8 @@ export const cfSslMode = defineEdgeTool({
     for (const [id, value] of want) if (settings.get(id)?.value !== value) writes.push(settingWrite(zone.id, id, value));
 
     const warnings: string[] = [];
-    if (input.mode === 'flexible') warnings.push('Flexible sends traffic from Cloudflare to your origin unencrypted; use full or strict when the origin has a certificate.');
+    if (input.mode === 'flexible')
+      warnings.push('Flexible sends traffic from Cloudflare to your origin unencrypted; use full or strict when the origin has a certificate.');
     if (input.mode === 'off') warnings.push('With SSL off, visitors cannot reach the site over HTTPS.');
 
     const previous = String(settings.get('ssl')?.value ?? 'unknown');
@@ -140,7 +147,7 @@ export const cfSslMode = defineEdgeTool({
       mode: input.mode,
       previous_mode: previous,
       changed: writes.length > 0,
-      always_use_https: input.always_use_https ?? (settings.get('always_use_https')?.value === 'on'),
+      always_use_https: input.always_use_https ?? settings.get('always_use_https')?.value === 'on',
       min_tls_version: input.min_tls_version ?? settings.get('min_tls_version')?.value ?? null,
       warnings,
     };

@@ -73,14 +73,21 @@ export const cfDeployWorker = defineEdgeTool({
       .string()
       .min(1)
       .max(900_000)
-      .refine((s) => /\bexport\s+(default\b|\{)/.test(s), 'the script must be an ES module with an export default handler, e.g. export default { fetch(request) { ... } }')
+      .refine(
+        (s) => /\bexport\s+(default\b|\{)/.test(s),
+        'the script must be an ES module with an export default handler, e.g. export default { fetch(request) { ... } }',
+      )
       .describe('The Worker source as an ES module: export default { async fetch(request, env) { ... } }'),
     compatibility_date: z
       .string()
       .regex(/^\d{4}-\d{2}-\d{2}$/, 'expected YYYY-MM-DD')
       .optional()
       .describe('Workers runtime compatibility date; defaults to today (UTC)'),
-    compatibility_flags: z.array(z.string().regex(/^[a-z0-9_]+$/)).max(20).optional().describe('Runtime flags, e.g. ["nodejs_compat"]'),
+    compatibility_flags: z
+      .array(z.string().regex(/^[a-z0-9_]+$/))
+      .max(20)
+      .optional()
+      .describe('Runtime flags, e.g. ["nodejs_compat"]'),
     vars: z
       .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'variable names are identifiers'), z.string().max(5120))
       .optional()

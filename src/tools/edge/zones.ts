@@ -1,6 +1,19 @@
 import { z } from 'zod';
 import { CfClient, cfPath } from './cf-client.js';
-import { ZoneSummaryOut, accountId, applyWrites, domainName, orDryRun, resolveAccountId, resolveZone, zoneRef, zoneSummary, type Zone, type ZoneSetting, defineEdgeTool } from './common.js';
+import {
+  ZoneSummaryOut,
+  accountId,
+  applyWrites,
+  domainName,
+  orDryRun,
+  resolveAccountId,
+  resolveZone,
+  zoneRef,
+  zoneSummary,
+  type Zone,
+  type ZoneSetting,
+  defineEdgeTool,
+} from './common.js';
 
 const ListZonesOutput = z.object({
   zones: z.array(ZoneSummaryOut),
@@ -55,10 +68,7 @@ const KeySettingsOut = z
 const GetZoneOutput = z.object({
   zone: ZoneSummaryOut.extend({
     original_name_servers: z.array(z.string()).describe('Name servers before the move to Cloudflare'),
-    development_mode_seconds: z
-      .number()
-      .int()
-      .describe('Seconds until development mode ends (positive) or since it last ended (negative); 0 if never used'),
+    development_mode_seconds: z.number().int().describe('Seconds until development mode ends (positive) or since it last ended (negative); 0 if never used'),
   }),
   settings: KeySettingsOut,
 });

@@ -52,7 +52,9 @@ const Reply = z.object({
 const Output = z.object({
   answer: z.string(),
   citations: z.array(z.object({ n: z.number().int(), url: z.string().nullable(), quote: z.string(), verified: z.boolean() })),
-  sources: z.array(z.object({ n: z.number().int().min(1), url: z.string(), title: z.string().nullable(), passages: z.number().int().min(0), tokens: z.number().int().min(0) })),
+  sources: z.array(
+    z.object({ n: z.number().int().min(1), url: z.string(), title: z.string().nullable(), passages: z.number().int().min(0), tokens: z.number().int().min(0) }),
+  ),
   unknown_refs: z.array(z.number().int()),
   skipped: z.array(z.object({ url: z.string(), reason: z.string() })),
   verified_ratio: z.number().min(0).max(1).nullable(),
@@ -68,7 +70,8 @@ interface ReadSource {
 
 export const geniusPlus = defineTool({
   name: TOOL,
-  description: 'A researched answer grounded in live web sources: search, fetch, passage selection, then the model answers with numbered citations whose quotes are checked verbatim.',
+  description:
+    'A researched answer grounded in live web sources: search, fetch, passage selection, then the model answers with numbered citations whose quotes are checked verbatim.',
   tier: 'enterprise',
   priceCents: 65,
   family: 'llm',
@@ -86,14 +89,16 @@ export const geniusPlus = defineTool({
   ],
   handler: async ({ problem, query, max_sources: maxSources }, ctx) => {
     const llm = llmOf(ctx, TOOL);
-    if (!ctx.search) throw new AppError('tool_unavailable', `${TOOL} needs a search upstream: set SEARCH_BASE_URL. Nothing was charged.`, { needs: ['search'] });
+    if (!ctx.search)
+      throw new AppError('tool_unavailable', `${TOOL} needs a search upstream: set SEARCH_BASE_URL. Nothing was charged.`, { needs: ['search'] });
     if (!ctx.http) throw new AppError('tool_unavailable', `${TOOL} needs the guarded HTTP client`);
     const searchQuery = query ?? shorten(problem, 300);
 
     await ctx.progress({ stage: 'searching' });
     const found = await ctx.search.search({ query: searchQuery, limit: Math.min(20, maxSources * 3) });
     const candidates = dedupe(found.results);
-    if (!candidates.length) throw new AppError('not_found', `the search for "${searchQuery}" found no pages to read. Nothing was charged.`, { query: searchQuery });
+    if (!candidates.length)
+      throw new AppError('not_found', `the search for "${searchQuery}" found no pages to read. Nothing was charged.`, { query: searchQuery });
 
     // Read pages in rank order, a batch at a time, until max_sources are read or the results run out.
     const read: ReadSource[] = [];
@@ -112,7 +117,10 @@ export const geniusPlus = defineTool({
     }
     await ctx.progress({ stage: 'fetching', done: read.length, total: maxSources, unit: 'pages' });
     if (!read.length) {
-      throw new AppError('fetch_failed', `none of the ${candidates.length} pages found could be read. Nothing was charged.`, { reason: 'no_readable_source', skipped });
+      throw new AppError('fetch_failed', `none of the ${candidates.length} pages found could be read. Nothing was charged.`, {
+        reason: 'no_readable_source',
+        skipped,
+      });
     }
 
     await ctx.progress({ stage: 'selecting' });
@@ -124,7 +132,15 @@ export const geniusPlus = defineTool({
     });
     const sources = read.map((s, i) => {
       const mine = passages.filter((p) => p.n === i + 1);
-      return { n: i + 1, url: s.url, title: s.title, passages: mine.length, tokens: mine.reduce((t, p) => t + p.tokens, 0), text: s.text, excerpt: mine.map((p) => p.text).join('\n[...]\n') };
+      return {
+        n: i + 1,
+        url: s.url,
+        title: s.title,
+        passages: mine.length,
+        tokens: mine.reduce((t, p) => t + p.tokens, 0),
+        text: s.text,
+        excerpt: mine.map((p) => p.text).join('\n[...]\n'),
+      };
     });
     const shown = sources.filter((s) => s.passages > 0);
 
@@ -139,7 +155,10 @@ export const geniusPlus = defineTool({
         '- citations: for each [n] you use, give n and a short quote (one sentence or less) copied exactly, character for character, ' +
         'from the passages of source_<n>, that supports the statement. Never paraphrase inside a quote.\n' +
         '- Be concise and precise; use Markdown. Write in the language of the problem.',
-      data: [{ name: 'problem', text: problem }, ...shown.map((s) => ({ name: `source_${s.n}`, text: `URL: ${s.url}\nTitle: ${s.title ?? '(none)'}\n\n${s.excerpt}` }))],
+      data: [
+        { name: 'problem', text: problem },
+        ...shown.map((s) => ({ name: `source_${s.n}`, text: `URL: ${s.url}\nTitle: ${s.title ?? '(none)'}\n\n${s.excerpt}` })),
+      ],
       schema: Reply,
       maxTokens: ANSWER_TOKENS,
       temperature: 0.2,

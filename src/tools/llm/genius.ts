@@ -54,7 +54,8 @@ export const genius = defineLlmTool({
   examples: [
     { problem: 'Our Postgres table of 80M rows needs a new NOT NULL column with a default. How do we add it without locking writes for minutes?' },
     {
-      problem: 'A train leaves at 14:05 averaging 92 km/h; a second leaves the same station at 14:35 averaging 118 km/h on a parallel track. When and where does the second overtake the first?',
+      problem:
+        'A train leaves at 14:05 averaging 92 km/h; a second leaves the same station at 14:35 averaging 118 km/h on a parallel track. When and where does the second overtake the first?',
       max_tokens: 1500,
     },
   ],

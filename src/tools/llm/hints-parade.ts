@@ -50,7 +50,9 @@ const Input = z.object({
 });
 
 const Reply = z.object({
-  hints: z.array(z.object({ hint: z.string().describe('One actionable hint, one or two sentences'), why: z.string().describe('Why this persona suggests it') })),
+  hints: z.array(
+    z.object({ hint: z.string().describe('One actionable hint, one or two sentences'), why: z.string().describe('Why this persona suggests it') }),
+  ),
 });
 
 const Hint = z.object({ hint: z.string(), why: z.string() });
@@ -86,7 +88,11 @@ export interface ConsensusItem {
  * is the mean Jaccard over the group's cross-persona pairs, rounded to 3 places. Consensus items come
  * by support (most personas first), then by their earliest hint.
  */
-export function consensusOf(hints: readonly PersonaHint[], personaOrder: readonly Persona[], threshold: number): { consensus: ConsensusItem[]; unique: PersonaHint[] } {
+export function consensusOf(
+  hints: readonly PersonaHint[],
+  personaOrder: readonly Persona[],
+  threshold: number,
+): { consensus: ConsensusItem[]; unique: PersonaHint[] } {
   const sets = hints.map((h) => new Set(stems(h.hint)));
   const n = hints.length;
   const sim = (i: number, j: number) => jaccard(sets[i]!, sets[j]!);
@@ -164,7 +170,11 @@ export const hintsParade = defineTool({
   outputSchema: Output,
   examples: [
     { problem: 'Our nightly batch job that imports CSV files from partners started taking 6 hours instead of 40 minutes last week.' },
-    { problem: 'Users report that password reset emails sometimes arrive after the link has expired.', personas: ['debugger', 'security', 'ops'], hints_per_persona: 2 },
+    {
+      problem: 'Users report that password reset emails sometimes arrive after the link has expired.',
+      personas: ['debugger', 'security', 'ops'],
+      hints_per_persona: 2,
+    },
   ],
   handler: async ({ problem, personas, hints_per_persona: perPersona, consensus_threshold: threshold }, ctx) => {
     const llm = llmOf(ctx, TOOL);

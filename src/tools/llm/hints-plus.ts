@@ -22,7 +22,11 @@ export const HintsPlusModelSchema = z.object({
   hints: z
     .array(
       z.object({
-        kind: z.enum(HINT_KINDS).describe('question: a guiding question; observation: a fact to notice; concept: the idea that applies; strategy: an approach; step: a concrete next step; pitfall: a mistake to avoid.'),
+        kind: z
+          .enum(HINT_KINDS)
+          .describe(
+            'question: a guiding question; observation: a fact to notice; concept: the idea that applies; strategy: an approach; step: a concrete next step; pitfall: a mistake to avoid.',
+          ),
         hint: z.string().describe('The hint itself, without giving the final answer.'),
         why: z.string().describe('Why this hint helps at this point.'),
         check_by: z.string().describe('How the learner can check they are on track after using it.'),
@@ -80,9 +84,7 @@ function instructions(count: number, hasTried: boolean): string {
 /** Model reply -> ladder: tried-like hints filtered out, at most `count` kept, levels 1..n. */
 export function buildLadder(v: ModelHints, tried: readonly string[], count: number): Omit<HintsPlusResult, 'meta'> {
   const triedSets = tried.map((t) => wordSet(t));
-  const candidates = v.hints
-    .map((h) => ({ kind: h.kind, hint: clean(h.hint), why: clean(h.why), check_by: clean(h.check_by) }))
-    .filter((h) => h.hint);
+  const candidates = v.hints.map((h) => ({ kind: h.kind, hint: clean(h.hint), why: clean(h.why), check_by: clean(h.check_by) })).filter((h) => h.hint);
   if (!candidates.length) throw unusableReply('hints_plus', 'no hints');
   const kept: typeof candidates = [];
   const filtered: HintsPlusResult['filtered_as_tried'] = [];
@@ -109,7 +111,8 @@ export function buildLadder(v: ModelHints, tried: readonly string[], count: numb
 
 export const hintsPlus = defineTool({
   name: 'hints_plus',
-  description: 'A graded hint ladder (levels 1..n, gentlest first) that never gives the answer; hints that repeat an approach you already tried (word Jaccard >= 0.6) are filtered out.',
+  description:
+    'A graded hint ladder (levels 1..n, gentlest first) that never gives the answer; hints that repeat an approach you already tried (word Jaccard >= 0.6) are filtered out.',
   tier: 'starter',
   priceCents: 10,
   family: 'llm',

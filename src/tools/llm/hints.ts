@@ -31,12 +31,7 @@ Rules:
 - Write in the language the problem is written in.`;
 
 export const HintsInputSchema = z.object({
-  problem: z
-    .string()
-    .trim()
-    .min(1)
-    .max(MAX_INPUT_CHARS)
-    .describe('The problem you are stuck on, ideally with what you have tried so far.'),
+  problem: z.string().trim().min(1).max(MAX_INPUT_CHARS).describe('The problem you are stuck on, ideally with what you have tried so far.'),
   level: z
     .number()
     .int()

@@ -57,12 +57,7 @@ export const IntentSpecModelSchema = z.object({
 type ModelSpec = z.infer<typeof IntentSpecModelSchema>;
 
 export const IntentToSpecInput = z.object({
-  intent: z
-    .string()
-    .trim()
-    .min(1)
-    .max(MAX_INTENT_CHARS)
-    .describe(`What should be built, in plain language (at most ${MAX_INTENT_CHARS} characters).`),
+  intent: z.string().trim().min(1).max(MAX_INTENT_CHARS).describe(`What should be built, in plain language (at most ${MAX_INTENT_CHARS} characters).`),
   context: contextField,
 });
 
@@ -101,9 +96,7 @@ export function buildSpec(v: ModelSpec, intent: string): Omit<IntentToSpecResult
     .map((r) => ({
       text: clean(r.text),
       priority: r.priority,
-      acceptance: r.acceptance
-        .map((a) => ({ given: clean(a.given), when: clean(a.when), then: clean(a.then) }))
-        .filter((a) => a.given && a.when && a.then),
+      acceptance: r.acceptance.map((a) => ({ given: clean(a.given), when: clean(a.when), then: clean(a.then) })).filter((a) => a.given && a.when && a.then),
     }))
     .filter((r) => r.text)
     .map((r, i) => ({ id: `R${i + 1}`, ...r }));
@@ -137,9 +130,7 @@ export function renderMarkdown(s: Omit<IntentToSpecResult, 'markdown' | 'meta'>)
     out.push(`### ${r.id} (${r.priority})`, '', mdText(r.text), '');
     if (r.acceptance.length) {
       out.push('Acceptance criteria:', '');
-      r.acceptance.forEach((a, i) =>
-        out.push(`${i + 1}. **Given** ${mdText(a.given)}, **when** ${mdText(a.when)}, **then** ${mdText(a.then)}`),
-      );
+      r.acceptance.forEach((a, i) => out.push(`${i + 1}. **Given** ${mdText(a.given)}, **when** ${mdText(a.when)}, **then** ${mdText(a.then)}`));
     } else out.push('_No acceptance criteria: not yet testable._');
     out.push('');
   }
@@ -151,7 +142,8 @@ export function renderMarkdown(s: Omit<IntentToSpecResult, 'markdown' | 'meta'>)
 
 export const intentToSpec = defineTool({
   name: 'intent_to_spec',
-  description: 'Turns a plain-language intent into a testable spec: prioritised requirements (ids R1...) with nested given/when/then acceptance criteria, non-functional requirements, assumptions, open questions and Markdown.',
+  description:
+    'Turns a plain-language intent into a testable spec: prioritised requirements (ids R1...) with nested given/when/then acceptance criteria, non-functional requirements, assumptions, open questions and Markdown.',
   tier: 'free',
   priceCents: 5,
   family: 'llm',

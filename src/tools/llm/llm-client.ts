@@ -35,13 +35,7 @@ export const ContextSchema = z
   .describe('Earlier conversation, oldest first. It is sent to the model between the instructions and the new request.');
 
 export function maxTokensField(defaultMaxTokens: number) {
-  return z
-    .number()
-    .int()
-    .min(16)
-    .max(MAX_COMPLETION_TOKENS)
-    .optional()
-    .describe(`Upper bound on generated tokens (default ${defaultMaxTokens}).`);
+  return z.number().int().min(16).max(MAX_COMPLETION_TOKENS).optional().describe(`Upper bound on generated tokens (default ${defaultMaxTokens}).`);
 }
 
 /** What every language-model tool's validated input carries besides its own fields. */
@@ -82,8 +76,7 @@ export const LlmResultSchema = z.object({
   finish_reason: z.string().describe('Why the model stopped, as the upstream says: stop, length, content_filter...'),
 });
 
-export const LLM_OUTPUT =
-  '{text: string, model: string, usage: {prompt_tokens, completion_tokens, total_tokens} | null, finish_reason: string}';
+export const LLM_OUTPUT = '{text: string, model: string, usage: {prompt_tokens, completion_tokens, total_tokens} | null, finish_reason: string}';
 
 // ---------------------------------------------------------------------------------------------
 // Upstream client
@@ -267,12 +260,9 @@ function upstreamFailure(ctx: LlmCallContext, tool: string, e: unknown): AppErro
   const { reason, status } = describeFailure(e, ctx.config);
   const safe = redact(reason, ctx.config.LLM_API_KEY);
   ctx.log.warn({ tool, upstream_status: status, reason: safe }, 'language-model upstream failed');
-  return new AppError(
-    'tool_unavailable',
-    `language-model upstream failed: ${safe}`,
-    status !== undefined ? { upstream_status: status } : {},
-    { retryable: false },
-  );
+  return new AppError('tool_unavailable', `language-model upstream failed: ${safe}`, status !== undefined ? { upstream_status: status } : {}, {
+    retryable: false,
+  });
 }
 
 function describeFailure(e: unknown, config: Config): { reason: string; status?: number } {
@@ -338,9 +328,7 @@ export interface LlmToolSpec<S extends z.ZodType<LlmCommonInput, z.ZodTypeDef, u
 }
 
 /** A language-model tool: the prompt and schema come from the tool file, the rest is shared. */
-export function defineLlmTool<S extends z.ZodType<LlmCommonInput, z.ZodTypeDef, unknown>>(
-  spec: LlmToolSpec<S>,
-): ToolDefinition<S, LlmResult> {
+export function defineLlmTool<S extends z.ZodType<LlmCommonInput, z.ZodTypeDef, unknown>>(spec: LlmToolSpec<S>): ToolDefinition<S, LlmResult> {
   return defineTool({
     name: spec.name,
     description: spec.description,
@@ -390,11 +378,7 @@ export interface ChatMessageLike {
  * user turns marked as the client's instructions. Tool-call plumbing carries no text and is dropped.
  * The result still goes through the tool's zod schema (invalid_input with paths on failure).
  */
-export function chatToToolInput(
-  tool: Pick<AnyTool, 'name' | 'qField'>,
-  messages: ChatMessageLike[],
-  maxTokens?: number | null,
-): Record<string, unknown> {
+export function chatToToolInput(tool: Pick<AnyTool, 'name' | 'qField'>, messages: ChatMessageLike[], maxTokens?: number | null): Record<string, unknown> {
   const last = messages.at(-1);
   const lastText = last ? textOf(last.content) : '';
   if (!last || last.role !== 'user' || lastText.trim() === '') {

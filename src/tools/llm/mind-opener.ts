@@ -12,16 +12,27 @@ import { MetaSchema, llmOf, unusableReply } from './tool-kit.js';
 const TOOL = 'mind_opener';
 const PROMPT_VERSION = 'mind_opener/1';
 
-export const LENSES = ['inversion', 'first_principles', 'analogy', 'constraint_removal', 'scale_shift', 'stakeholder_swap', 'time_shift', 'worst_idea'] as const;
+export const LENSES = [
+  'inversion',
+  'first_principles',
+  'analogy',
+  'constraint_removal',
+  'scale_shift',
+  'stakeholder_swap',
+  'time_shift',
+  'worst_idea',
+] as const;
 export type Lens = (typeof LENSES)[number];
 export const DEFAULT_LENSES: readonly Lens[] = ['inversion', 'first_principles', 'constraint_removal'];
 
 /** What each lens asks of the model (our text, never the caller's). */
 const LENS_GUIDE: Record<Lens, string> = {
   inversion: 'Turn the goal around: how would one guarantee failure, or what is the opposite problem? Then read the answer back as a way forward.',
-  first_principles: 'Strip the problem to facts that must hold (physics, money, time, people) and rebuild a solution from them, ignoring how it is usually done.',
+  first_principles:
+    'Strip the problem to facts that must hold (physics, money, time, people) and rebuild a solution from them, ignoring how it is usually done.',
   analogy: 'Find a different field that solved a structurally similar problem and carry its mechanism over.',
-  constraint_removal: 'Remove one assumed constraint at a time (budget, time, technology, rules) and see what becomes possible, then what part of that survives the constraint.',
+  constraint_removal:
+    'Remove one assumed constraint at a time (budget, time, technology, rules) and see what becomes possible, then what part of that survives the constraint.',
   scale_shift: 'Look at the problem at 10x smaller and 100x larger scale (users, money, time, data) and see what changes or breaks.',
   stakeholder_swap: 'See the problem through the eyes of another party involved (customer, operator, competitor, regulator, newcomer).',
   time_shift: 'Look from the past (how it was solved before) and the future (how it looks in 10 years, or after the problem is solved).',
@@ -61,7 +72,8 @@ const Output = z.object({
 
 export const mindOpener = defineTool({
   name: TOOL,
-  description: 'Reframes a problem through chosen thinking lenses (inversion, first principles, analogy...): a question, an insight and a first step per reframe.',
+  description:
+    'Reframes a problem through chosen thinking lenses (inversion, first principles, analogy...): a question, an insight and a first step per reframe.',
   tier: 'pro',
   priceCents: 8,
   family: 'llm',

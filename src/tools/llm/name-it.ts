@@ -46,9 +46,7 @@ const TLD = z
   .toLowerCase()
   .transform((t) => t.replace(/^\./, ''))
   .pipe(
-    z
-      .string()
-      .regex(/^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)?(?:[a-z]{2,63}|xn--[a-z0-9-]{1,59})$/, 'a top-level domain such as "com", "io" or "co.uk"'),
+    z.string().regex(/^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)?(?:[a-z]{2,63}|xn--[a-z0-9-]{1,59})$/, 'a top-level domain such as "com", "io" or "co.uk"'),
   );
 
 export const NameItInput = z.object({
@@ -74,7 +72,11 @@ export const NameItOutput = z.object({
       z.object({
         name: z.string().min(1),
         rationale: z.string(),
-        label: z.string().regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/).nullable().describe('The domain label derived from the name (null when no a-z0-9 character is left).'),
+        label: z
+          .string()
+          .regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/)
+          .nullable()
+          .describe('The domain label derived from the name (null when no a-z0-9 character is left).'),
         domains: z.array(z.object({ domain: z.string(), resolves: z.boolean().nullable() })),
       }),
     )
@@ -92,8 +94,15 @@ export type NameItResult = z.infer<typeof NameItOutput>;
  * "-" removed (so "Brew Buddy" is "brewbuddy"), hyphen runs collapsed and trimmed, at most 63 long.
  */
 export function domainLabel(name: string): string | null {
-  let s = name.normalize('NFKD').replace(/\p{M}+/gu, '').toLowerCase().replace(/&/g, 'and');
-  s = s.replace(/[^a-z0-9-]+/g, '').replace(/-{2,}/g, '-').replace(/^-+|-+$/g, '');
+  let s = name
+    .normalize('NFKD')
+    .replace(/\p{M}+/gu, '')
+    .toLowerCase()
+    .replace(/&/g, 'and');
+  s = s
+    .replace(/[^a-z0-9-]+/g, '')
+    .replace(/-{2,}/g, '-')
+    .replace(/^-+|-+$/g, '');
   s = s.slice(0, 63).replace(/-+$/, '');
   return s || null;
 }

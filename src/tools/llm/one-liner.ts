@@ -83,7 +83,8 @@ function unquote(s: string): string {
 
 export const oneLiner = defineTool({
   name: 'one_liner',
-  description: 'One line of text in a style (summary, tagline, commit, headline, tweet), at most max_chars: a longer line is cut at a word boundary in code and flagged truncated.',
+  description:
+    'One line of text in a style (summary, tagline, commit, headline, tweet), at most max_chars: a longer line is cut at a word boundary in code and flagged truncated.',
   tier: 'starter',
   priceCents: 2,
   family: 'llm',

@@ -38,7 +38,13 @@ export const PriceItModelSchema = z.object({
 type ModelPrices = z.infer<typeof PriceItModelSchema>;
 
 const Amount = z
-  .union([z.number(), z.string().trim().regex(/^\d{1,13}(?:\.\d{1,6})?$/, 'a non-negative decimal such as "12.50" (at most 6 decimal places)')])
+  .union([
+    z.number(),
+    z
+      .string()
+      .trim()
+      .regex(/^\d{1,13}(?:\.\d{1,6})?$/, 'a non-negative decimal such as "12.50" (at most 6 decimal places)'),
+  ])
   .refine((v) => typeof v === 'string' || (Number.isFinite(v) && v >= 0), 'a non-negative, finite amount')
   .refine((v) => new Dec(v).lte(MAX_AMOUNT), `at most ${MAX_AMOUNT}`);
 
@@ -63,7 +69,10 @@ type PriceItIn = z.output<typeof PriceItInput>;
 
 export const PriceItOutput = z.object({
   currency: z.string().regex(/^[A-Z]{3}$/),
-  tiers: z.array(z.object({ name: z.string().min(1), price: z.number().nonnegative(), rationale: z.string() })).min(1).max(MAX_TIERS),
+  tiers: z
+    .array(z.object({ name: z.string().min(1), price: z.number().nonnegative(), rationale: z.string() }))
+    .min(1)
+    .max(MAX_TIERS),
   anchors: z.array(z.string()),
   economics: z.array(
     z.object({
@@ -113,11 +122,19 @@ export function minorUnits(currency: string): number {
 }
 
 /** Model reply + caller figures -> result (without meta). */
-export function buildPricing(v: ModelPrices, input: Pick<PriceItIn, 'currency' | 'unit_cost' | 'fixed_costs' | 'competitor_prices'>): Omit<PriceItResult, 'meta'> {
+export function buildPricing(
+  v: ModelPrices,
+  input: Pick<PriceItIn, 'currency' | 'unit_cost' | 'fixed_costs' | 'competitor_prices'>,
+): Omit<PriceItResult, 'meta'> {
   const seen = new Set<string>();
   const places = minorUnits(input.currency);
   const tiers = v.tiers
-    .map((t, i) => ({ i, name: clean(t.name), rationale: clean(t.rationale), price: Number.isFinite(t.price) ? new Dec(t.price).toDecimalPlaces(places, Decimal.ROUND_HALF_UP) : null }))
+    .map((t, i) => ({
+      i,
+      name: clean(t.name),
+      rationale: clean(t.rationale),
+      price: Number.isFinite(t.price) ? new Dec(t.price).toDecimalPlaces(places, Decimal.ROUND_HALF_UP) : null,
+    }))
     .filter((t): t is typeof t & { price: Decimal } => {
       if (!t.name || t.price === null || t.price.isNegative() || t.price.gt(MAX_AMOUNT)) return false;
       const key = t.name.toLowerCase();
@@ -153,7 +170,8 @@ export function buildPricing(v: ModelPrices, input: Pick<PriceItIn, 'currency' |
 
 export const priceIt = defineTool({
   name: 'price_it',
-  description: 'Price tiers with rationales and anchoring tactics from the model, plus exact unit economics computed in code with decimal.js (margin % and break-even units per tier).',
+  description:
+    'Price tiers with rationales and anchoring tactics from the model, plus exact unit economics computed in code with decimal.js (margin % and break-even units per tier).',
   tier: 'starter',
   priceCents: 5,
   family: 'llm',

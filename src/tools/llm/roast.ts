@@ -35,12 +35,7 @@ Rules:
 - Write in the language of the submission.`;
 
 export const RoastInputSchema = z.object({
-  text: z
-    .string()
-    .trim()
-    .min(1)
-    .max(MAX_INPUT_CHARS)
-    .describe('The idea, plan, code or text to be roasted.'),
+  text: z.string().trim().min(1).max(MAX_INPUT_CHARS).describe('The idea, plan, code or text to be roasted.'),
   intensity: z
     .enum(['mild', 'medium', 'spicy'])
     .default('medium')
@@ -59,7 +54,10 @@ export const roast = defineLlmTool({
   input: RoastInputSchema,
   examples: [
     { text: 'Startup idea: Uber for houseplants. You book a stranger to water your fern while you are on holiday.' },
-    { text: 'function isEven(n) { return n.toString().endsWith("0") || n.toString().endsWith("2") || n.toString().endsWith("4") || n.toString().endsWith("6") || n.toString().endsWith("8"); }', intensity: 'spicy' },
+    {
+      text: 'function isEven(n) { return n.toString().endsWith("0") || n.toString().endsWith("2") || n.toString().endsWith("4") || n.toString().endsWith("6") || n.toString().endsWith("8"); }',
+      intensity: 'spicy',
+    },
   ],
   defaultMaxTokens: DEFAULT_MAX_TOKENS,
   temperature: 0.9,

@@ -24,7 +24,10 @@ const VERDICTS = ['holds', 'holds_with_caveats', 'unproven', 'fails'] as const;
 
 const Input = z.object({
   claim: z.string().trim().min(1).max(8_000).describe('The claim, argument, plan or pitch to review (up to 8,000 characters)'),
-  stance: z.enum(STANCES).default('skeptic').describe(`How adversarial to be: ${STANCES.join(', ')} (default skeptic)`),
+  stance: z
+    .enum(STANCES)
+    .default('skeptic')
+    .describe(`How adversarial to be: ${STANCES.join(', ')} (default skeptic)`),
   max_objections: z.number().int().min(3).max(15).default(5).describe('Most objections to return, 3 to 15 (default 5)'),
 });
 

@@ -55,9 +55,7 @@ async function structured<T>(ctx: LlmCallContext, req: LlmStructuredRequest<T>):
   const system =
     `${req.instructions}\n\n${DATA_RULE}\n\nReply with one JSON object only, no prose and no code fences.` +
     (jsonObject ? `\nIt must match this JSON Schema:\n<<<SCHEMA>>>\n${JSON.stringify(jsonSchema)}\n<<<END SCHEMA>>>` : '');
-  const responseFormat = jsonObject
-    ? { type: 'json_object' }
-    : { type: 'json_schema', json_schema: { name, strict: true, schema: jsonSchema } };
+  const responseFormat = jsonObject ? { type: 'json_object' } : { type: 'json_schema', json_schema: { name, strict: true, schema: jsonSchema } };
   const messages: ChatCompletionMessageParam[] = [
     { role: 'system', content: system },
     { role: 'user', content: dataBlocks(req.data) },
@@ -115,7 +113,10 @@ async function structured<T>(ctx: LlmCallContext, req: LlmStructuredRequest<T>):
 
 function check<T>(text: string, schema: z.ZodType<T>): { ok: true; value: T } | { ok: false; problem: string } {
   // Some servers wrap JSON in a code fence even when asked not to.
-  const body = text.trim().replace(/^```(?:json)?\s*\n?/i, '').replace(/\n?```\s*$/, '');
+  const body = text
+    .trim()
+    .replace(/^```(?:json)?\s*\n?/i, '')
+    .replace(/\n?```\s*$/, '');
   let json: unknown;
   try {
     json = JSON.parse(body);

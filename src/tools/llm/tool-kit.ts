@@ -103,7 +103,12 @@ export function codePoints(s: string): number {
 
 /** Lower-cased words (runs of letters and digits, NFKC-normalised), as a set. */
 export function wordSet(s: string): Set<string> {
-  return new Set(s.normalize('NFKC').toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []);
+  return new Set(
+    s
+      .normalize('NFKC')
+      .toLowerCase()
+      .match(/[\p{L}\p{N}]+/gu) ?? [],
+  );
 }
 
 /** |A ∩ B| / |A ∪ B| of the two texts' word sets; 0 when both are empty. */
@@ -154,7 +159,6 @@ export function stems(text: string): string[] {
   }
   return out;
 }
-
 
 export function round(x: number, digits = 3): number {
   const f = 10 ** digits;

@@ -2,7 +2,17 @@ import { z } from 'zod';
 import type { MathNode } from 'mathjs';
 import { defineTool } from '../types.js';
 import {
-  BcalcInput, ROUNDINGS, asInputError, decimalString, finalResult, formatValue, isDecimal, prepare, type BcalcInputT, type Engine, type Prepared,
+  BcalcInput,
+  ROUNDINGS,
+  asInputError,
+  decimalString,
+  finalResult,
+  formatValue,
+  isDecimal,
+  prepare,
+  type BcalcInputT,
+  type Engine,
+  type Prepared,
 } from './decimal-engine.js';
 
 /**
@@ -33,12 +43,39 @@ export type BcalcWhyResult = z.infer<typeof BcalcWhyOutput>;
 type StepT = z.infer<typeof Step>;
 
 const OP_WORDS: Record<string, string> = {
-  add: 'Add', subtract: 'Subtract', multiply: 'Multiply', divide: 'Divide', pow: 'Raise to a power', mod: 'Modulo',
-  unaryMinus: 'Negate', unaryPlus: 'Unary plus', factorial: 'Factorial', dotMultiply: 'Multiply element-wise', dotDivide: 'Divide element-wise',
-  equal: 'Compare', unequal: 'Compare', smaller: 'Compare', larger: 'Compare', smallerEq: 'Compare', largerEq: 'Compare',
-  and: 'Logical and', or: 'Logical or', not: 'Logical not', xor: 'Logical xor',
-  pct: 'Percent of', margin: 'Gross margin (% of price)', vat: 'VAT amount', cagr: 'Compound annual growth rate', npv: 'Net present value',
-  irr: 'Internal rate of return', pmt: 'Payment per period', fv: 'Future value', amort: 'Amortisation (level payment)', assign: 'Assign', round: 'Round', result: 'Result',
+  add: 'Add',
+  subtract: 'Subtract',
+  multiply: 'Multiply',
+  divide: 'Divide',
+  pow: 'Raise to a power',
+  mod: 'Modulo',
+  unaryMinus: 'Negate',
+  unaryPlus: 'Unary plus',
+  factorial: 'Factorial',
+  dotMultiply: 'Multiply element-wise',
+  dotDivide: 'Divide element-wise',
+  equal: 'Compare',
+  unequal: 'Compare',
+  smaller: 'Compare',
+  larger: 'Compare',
+  smallerEq: 'Compare',
+  largerEq: 'Compare',
+  and: 'Logical and',
+  or: 'Logical or',
+  not: 'Logical not',
+  xor: 'Logical xor',
+  pct: 'Percent of',
+  margin: 'Gross margin (% of price)',
+  vat: 'VAT amount',
+  cagr: 'Compound annual growth rate',
+  npv: 'Net present value',
+  irr: 'Internal rate of return',
+  pmt: 'Payment per period',
+  fv: 'Future value',
+  amort: 'Amortisation (level payment)',
+  assign: 'Assign',
+  round: 'Round',
+  result: 'Result',
 };
 
 export function runBcalcWhy(input: BcalcInputT): BcalcWhyResult {
@@ -159,7 +196,8 @@ function markdown(expression: string, steps: StepT[], result: string, p: Prepare
 
 export const bcalcWhy = defineTool({
   name: 'bcalc_why',
-  description: 'bcalc with every step shown: each operation of the expression, its formula, its values substituted and its exact result, from a walk of the syntax tree.',
+  description:
+    'bcalc with every step shown: each operation of the expression, its formula, its values substituted and its exact result, from a walk of the syntax tree.',
   tier: 'enterprise',
   priceCents: 10,
   family: 'math',
@@ -176,7 +214,10 @@ export const bcalcWhy = defineTool({
   isolated: import.meta.url,
   limits: { timeMs: 10000, memoryMb: 256 },
   largestInput: () => ({
-    expression: ('irr([-1000, 300, 420, 680, 100, 50], 0.1) + ' + 'amort(1e6, 0.004, 1200) + ').repeat(30).slice(0, 1998).replace(/ \+ [^+]*$/, ''),
+    expression: ('irr([-1000, 300, 420, 680, 100, 50], 0.1) + ' + 'amort(1e6, 0.004, 1200) + ')
+      .repeat(30)
+      .slice(0, 1998)
+      .replace(/ \+ [^+]*$/, ''),
     precision: 500,
   }),
   handler: async (input) => runBcalcWhy(input),

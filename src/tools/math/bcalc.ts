@@ -45,7 +45,8 @@ export function runBcalc(input: BcalcInputT): BcalcResult {
 
 export const bcalc = defineTool({
   name: 'bcalc',
-  description: 'Exact decimal business calculator: 0.1+0.2 = 0.3, chosen precision, rounding and scale, variables, pct, margin, vat, cagr, npv, irr, pmt, fv and amortisation schedules.',
+  description:
+    'Exact decimal business calculator: 0.1+0.2 = 0.3, chosen precision, rounding and scale, variables, pct, margin, vat, cagr, npv, irr, pmt, fv and amortisation schedules.',
   tier: 'enterprise',
   priceCents: 5,
   family: 'math',
@@ -63,7 +64,10 @@ export const bcalc = defineTool({
   limits: { timeMs: 8000, memoryMb: 256 },
   largestInput: () => ({
     // The longest expression, at the highest precision, of the slowest operations bcalc allows.
-    expression: ('irr([-1000, 300, 420, 680, 100, 50], 0.1) + ' + 'amort(1e6, 0.004, 1200) + ').repeat(30).slice(0, MAX_EXPRESSION - 2).replace(/ \+ [^+]*$/, ''),
+    expression: ('irr([-1000, 300, 420, 680, 100, 50], 0.1) + ' + 'amort(1e6, 0.004, 1200) + ')
+      .repeat(30)
+      .slice(0, MAX_EXPRESSION - 2)
+      .replace(/ \+ [^+]*$/, ''),
     precision: 500,
   }),
   handler: async (input) => runBcalc(input),

@@ -30,10 +30,22 @@ const Input = z.object({
     .min(MIN_POINTS)
     .max(MAX_POINTS)
     .describe('The series, evenly sampled: 100 to 100,000 numbers (the 1 MiB request body holds about 60,000 full-precision values)'),
-  embedding_dimension: z.number().int().min(1).max(10).default(1).describe('Delay-embedding dimension for the Lyapunov exponent (default 1: right for 1-D maps; use 3 to 6 for flows)'),
+  embedding_dimension: z
+    .number()
+    .int()
+    .min(1)
+    .max(10)
+    .default(1)
+    .describe('Delay-embedding dimension for the Lyapunov exponent (default 1: right for 1-D maps; use 3 to 6 for flows)'),
   delay: z.number().int().min(1).max(100).default(1).describe('Embedding delay in samples (default 1)'),
   theiler_window: z.number().int().min(0).max(1000).default(10).describe('Neighbours closer in time than this many samples are ignored (default 10)'),
-  lyapunov_fit_steps: z.number().int().min(1).max(50).default(4).describe('Steps of mean log divergence the Lyapunov slope is fitted over (default 4: the first few, before saturation)'),
+  lyapunov_fit_steps: z
+    .number()
+    .int()
+    .min(1)
+    .max(50)
+    .default(4)
+    .describe('Steps of mean log divergence the Lyapunov slope is fitted over (default 4: the first few, before saturation)'),
   permutation_order: z.number().int().min(3).max(7).default(4).describe('Ordinal pattern length for permutation entropy (3 to 7, default 4)'),
   sample_entropy_m: z.number().int().min(1).max(5).default(2).describe('Template length for sample entropy (default 2)'),
   sample_entropy_r: z.number().positive().max(10).default(0.2).describe('Tolerance for sample entropy as a fraction of the standard deviation (default 0.2)'),
@@ -61,7 +73,8 @@ type Out = z.infer<typeof Output>;
 
 export const chaosFingerprint = defineTool({
   name: 'chaos_fingerprint',
-  description: 'Nonlinear fingerprint of a series: Lyapunov exponent (Rosenstein), sample and permutation entropy, Hurst (DFA), 0-1 test K and a classification.',
+  description:
+    'Nonlinear fingerprint of a series: Lyapunov exponent (Rosenstein), sample and permutation entropy, Hurst (DFA), 0-1 test K and a classification.',
   tier: 'enterprise',
   priceCents: 5,
   family: 'math',
@@ -92,7 +105,17 @@ export const chaosFingerprint = defineTool({
     const sd = Math.sqrt(x.reduce((a, b) => a + (b - mean) ** 2, 0) / n);
     const empty = { lyapunov_divergence: [], lyapunov_references: 0, sample_entropy_points: 0, zero_one_points: 0, dfa_scales: [] };
     if (sd === 0) {
-      return { n, lyapunov: null, sample_entropy: null, permutation_entropy: 0, hurst: null, zero_one_K: null, classification: 'constant', fingerprint: 'constant', details: empty };
+      return {
+        n,
+        lyapunov: null,
+        sample_entropy: null,
+        permutation_entropy: 0,
+        hurst: null,
+        zero_one_K: null,
+        classification: 'constant',
+        fingerprint: 'constant',
+        details: empty,
+      };
     }
     const step = async (stage: string, done: number) => {
       checkAborted(ctx.signal);

@@ -48,14 +48,18 @@ export const BcalcInput = z
     rounding: z
       .enum(ROUNDINGS)
       .optional()
-      .describe('Rounding mode for precision and scale: half_even (banker\'s, default), half_up, half_down, up (away from zero), down (toward zero), ceil, floor'),
+      .describe(
+        "Rounding mode for precision and scale: half_even (banker's, default), half_up, half_down, up (away from zero), down (toward zero), ceil, floor",
+      ),
     scale: z
       .number()
       .int()
       .min(0)
       .max(100)
       .optional()
-      .describe('Decimal places the result is rounded to with the rounding mode (default: not rounded beyond precision); also the places of the amort schedule (default 2)'),
+      .describe(
+        'Decimal places the result is rounded to with the rounding mode (default: not rounded beyond precision); also the places of the amort schedule (default 2)',
+      ),
     variables: z
       .record(
         z.string().regex(VARIABLE_NAME, 'a name: a letter or _, then letters, digits or _, up to 32'),
@@ -78,14 +82,60 @@ export const ScheduleRow = z.object({
 
 /** Refused anywhere in an expression: they reach the parser, change the instance or build things unboundedly. */
 const REFUSED = new Set([
-  'config', 'import', 'createUnit', 'evaluate', 'parse', 'compile', 'parser', 'simplify', 'simplifyConstant',
-  'simplifyCore', 'derivative', 'rationalize', 'resolve', 'leafCount', 'symbolicEqual', 'help', 'chain', 'reviver',
-  'replacer', 'typed', 'create', 'factory', 'on', 'off', 'once', 'emit', 'expression',
+  'config',
+  'import',
+  'createUnit',
+  'evaluate',
+  'parse',
+  'compile',
+  'parser',
+  'simplify',
+  'simplifyConstant',
+  'simplifyCore',
+  'derivative',
+  'rationalize',
+  'resolve',
+  'leafCount',
+  'symbolicEqual',
+  'help',
+  'chain',
+  'reviver',
+  'replacer',
+  'typed',
+  'create',
+  'factory',
+  'on',
+  'off',
+  'once',
+  'emit',
+  'expression',
   // Randomness (results must repeat) and collections whose size the arguments choose.
-  'random', 'randomInt', 'pickRandom', 'range', 'zeros', 'ones', 'identity', 'resize', 'diag', 'kron', 'matrixFromFunction',
-  'matrix', 'sparse',
+  'random',
+  'randomInt',
+  'pickRandom',
+  'range',
+  'zeros',
+  'ones',
+  'identity',
+  'resize',
+  'diag',
+  'kron',
+  'matrixFromFunction',
+  'matrix',
+  'sparse',
 ]);
-const COMBINATORIAL = ['factorial', 'gamma', 'combinations', 'permutations', 'combinationsWithRep', 'bellNumbers', 'catalan', 'stirlingS2', 'composition', 'multinomial'];
+const COMBINATORIAL = [
+  'factorial',
+  'gamma',
+  'combinations',
+  'permutations',
+  'combinationsWithRep',
+  'bellNumbers',
+  'catalan',
+  'stirlingS2',
+  'composition',
+  'multinomial',
+];
 
 export function inputError(message: string, path = 'expression'): AppError {
   return new AppError('invalid_input', message, { issues: [{ path: [path], message }] });
@@ -132,7 +182,14 @@ function engine(): Engine {
     };
   }
   // Belt and braces behind the parse-time check.
-  const handle = sealMathjs(math, guarded, (name) => inputError(`${name} is not available in bcalc`), ['random', 'randomInt', 'pickRandom', 'range', 'zeros', 'ones']);
+  const handle = sealMathjs(math, guarded, (name) => inputError(`${name} is not available in bcalc`), [
+    'random',
+    'randomInt',
+    'pickRandom',
+    'range',
+    'zeros',
+    'ones',
+  ]);
   shared = { math: handle, D, state };
   return shared;
 }
@@ -264,7 +321,8 @@ function flatten(D: DecimalCtor, args: unknown[], fn: string): Decimal[] {
   const out: Decimal[] = [];
   const visit = (a: unknown): void => {
     if (Array.isArray(a)) a.forEach(visit);
-    else if (a && typeof a === 'object' && typeof (a as { toArray?: unknown }).toArray === 'function' && !(a instanceof D)) visit((a as { toArray(): unknown }).toArray());
+    else if (a && typeof a === 'object' && typeof (a as { toArray?: unknown }).toArray === 'function' && !(a instanceof D))
+      visit((a as { toArray(): unknown }).toArray());
     else out.push(toDec(D, a, fn)!);
   };
   args.forEach(visit);
@@ -293,12 +351,23 @@ function businessFunctions(_math: MathJsInstance, D: DecimalCtor, state: CallSta
     if (nper.isZero()) throw inputError('pmt: nper must not be zero');
     if (rate.isZero()) return pv.plus(fv).neg().div(nper);
     const f = one().plus(rate).pow(nper);
-    return rate.times(pv.times(f).plus(fv)).neg().div(one().plus(rate.times(type)).times(f.minus(1)));
+    return rate
+      .times(pv.times(f).plus(fv))
+      .neg()
+      .div(one().plus(rate.times(type)).times(f.minus(1)));
   };
   const fvCore = (rate: Decimal, nper: Decimal, pmt: Decimal, pv: Decimal, type: Decimal): Decimal => {
     if (rate.isZero()) return pv.plus(pmt.times(nper)).neg();
     const f = one().plus(rate).pow(nper);
-    return pv.times(f).plus(pmt.times(one().plus(rate.times(type))).times(f.minus(1)).div(rate)).neg();
+    return pv
+      .times(f)
+      .plus(
+        pmt
+          .times(one().plus(rate.times(type)))
+          .times(f.minus(1))
+          .div(rate),
+      )
+      .neg();
   };
   const npvCore = (rate: Decimal, flows: Decimal[], from: number): Decimal => {
     let sum = zero();
@@ -362,12 +431,24 @@ function businessFunctions(_math: MathJsInstance, D: DecimalCtor, state: CallSta
     /** pmt(rate, nper, pv, fv?, type?): Excel PMT. */
     pmt: (...a) => {
       arity('pmt', a, 3, 5, 'pmt(rate, nper, pv, fv = 0, type = 0)');
-      return pmtCore(dec(a[0], 'pmt'), dec(a[1], 'pmt'), dec(a[2], 'pmt'), a[3] === undefined ? zero() : dec(a[3], 'pmt'), a[4] === undefined ? zero() : dec(a[4], 'pmt'));
+      return pmtCore(
+        dec(a[0], 'pmt'),
+        dec(a[1], 'pmt'),
+        dec(a[2], 'pmt'),
+        a[3] === undefined ? zero() : dec(a[3], 'pmt'),
+        a[4] === undefined ? zero() : dec(a[4], 'pmt'),
+      );
     },
     /** fv(rate, nper, pmt, pv?, type?): Excel FV. */
     fv: (...a) => {
       arity('fv', a, 3, 5, 'fv(rate, nper, pmt, pv = 0, type = 0)');
-      return fvCore(dec(a[0], 'fv'), dec(a[1], 'fv'), dec(a[2], 'fv'), a[3] === undefined ? zero() : dec(a[3], 'fv'), a[4] === undefined ? zero() : dec(a[4], 'fv'));
+      return fvCore(
+        dec(a[0], 'fv'),
+        dec(a[1], 'fv'),
+        dec(a[2], 'fv'),
+        a[3] === undefined ? zero() : dec(a[3], 'fv'),
+        a[4] === undefined ? zero() : dec(a[4], 'fv'),
+      );
     },
     /**
      * amort(principal, rate_per_period, periods): the level payment (positive), and the schedule
@@ -396,7 +477,13 @@ function businessFunctions(_math: MathJsInstance, D: DecimalCtor, state: CallSta
           payK = balance.plus(interest);
         }
         balance = balance.minus(principalPart);
-        rows.push({ period: k, payment: payK.toFixed(places), interest: interest.toFixed(places), principal: principalPart.toFixed(places), balance: fixed(balance.toFixed(places)) });
+        rows.push({
+          period: k,
+          payment: payK.toFixed(places),
+          interest: interest.toFixed(places),
+          principal: principalPart.toFixed(places),
+          balance: fixed(balance.toFixed(places)),
+        });
       }
       state.schedule = rows;
       return payment;
@@ -426,7 +513,13 @@ function irrSolve(D: DecimalCtor, flows: Decimal[], guess: Decimal): Decimal {
     const { f, df } = npv(r);
     if (df.isZero()) break;
     const next = r.minus(f.div(df));
-    if (next.minus(r).abs().lte(tol.times(next.abs().plus(1)))) return next;
+    if (
+      next
+        .minus(r)
+        .abs()
+        .lte(tol.times(next.abs().plus(1)))
+    )
+      return next;
     r = next;
   }
   // Bisection between -0.9999 and an upper bound where the NPV changes sign.

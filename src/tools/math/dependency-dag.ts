@@ -43,7 +43,10 @@ function within(ids: string[], chars: number): string[] {
 
 const Task = z.object({
   id: z.union([z.string(), z.number()]).describe('Task id, unique'),
-  depends_on: z.array(z.union([z.string(), z.number()])).optional().describe('Ids of the tasks this one waits for'),
+  depends_on: z
+    .array(z.union([z.string(), z.number()]))
+    .optional()
+    .describe('Ids of the tasks this one waits for'),
   duration: z.number().optional().describe('How long it takes (any unit; default 1)'),
 });
 
@@ -58,7 +61,10 @@ const Input = z.object({
     .describe(
       'The graph: a task list ([{id, depends_on, duration}] or {"tasks": [...]}, up to 50,000 tasks; as JSON or as its text), or the text of a package-lock.json (v2/v3), pnpm-lock.yaml or Cargo.lock (≤ 1,000,000 characters; the request body is capped at 1 MiB)',
     ),
-  format: z.enum(['auto', 'tasks', 'package-lock', 'pnpm-lock', 'cargo-lock']).default('auto').describe('What the manifest is (default auto: detected from its content)'),
+  format: z
+    .enum(['auto', 'tasks', 'package-lock', 'pnpm-lock', 'cargo-lock'])
+    .default('auto')
+    .describe('What the manifest is (default auto: detected from its content)'),
   top_k: z.number().int().min(1).max(100).default(10).describe('How many nodes fan_in_top lists (default 10)'),
   mermaid_max_nodes: z.number().int().min(0).max(300).default(60).describe('Most nodes drawn in the mermaid diagram (default 60; 0 leaves it out)'),
 });
@@ -90,7 +96,8 @@ export const dependencyDag = defineTool({
   qField: 'manifest',
   qParse: 'text',
   progress: true,
-  output: '{format, nodes, edges, is_dag, cycle_count, cycles[[id]], layer_count, layers[{level,count,nodes}], critical_path{duration,steps,nodes}|null, fan_in_top[{id,dependents}], duplicates[{name,versions}], mermaid}',
+  output:
+    '{format, nodes, edges, is_dag, cycle_count, cycles[[id]], layer_count, layers[{level,count,nodes}], critical_path{duration,steps,nodes}|null, fan_in_top[{id,dependents}], duplicates[{name,versions}], mermaid}',
   outputSchema: Output,
   examples: [
     {
@@ -248,7 +255,10 @@ export function analyse(g: ParsedGraph, topK: number, mermaidMax: number, signal
   for (const { first, ci } of cyclic) {
     if (cycles.length >= CYCLES_LISTED || cycleIds >= CYCLE_IDS || cycleChars >= CYCLE_CHARS) break;
     const cyc = shortestCycle(first, ci, comp, outs);
-    const listed = within(cyc.slice(0, CYCLE_IDS - cycleIds).map((i) => g.ids[i]!), CYCLE_CHARS - cycleChars);
+    const listed = within(
+      cyc.slice(0, CYCLE_IDS - cycleIds).map((i) => g.ids[i]!),
+      CYCLE_CHARS - cycleChars,
+    );
     cycleIds += listed.length;
     cycleChars += listed.reduce((a, id) => a + id.length + 3, 0);
     cycles.push(listed);
@@ -268,7 +278,10 @@ export function analyse(g: ParsedGraph, topK: number, mermaidMax: number, signal
   let layerIds = 0;
   let layerChars = 0;
   for (let l = 0; l < layerCount && layerIds < LAYER_IDS && layerChars < LAYER_CHARS; l++) {
-    const ids = within(byLevel[l]!.slice(0, Math.min(LAYER_WIDTH, LAYER_IDS - layerIds)).map((i) => g.ids[i]!), LAYER_CHARS - layerChars);
+    const ids = within(
+      byLevel[l]!.slice(0, Math.min(LAYER_WIDTH, LAYER_IDS - layerIds)).map((i) => g.ids[i]!),
+      LAYER_CHARS - layerChars,
+    );
     layerIds += ids.length;
     layerChars += ids.reduce((a, id) => a + id.length + 3, 0) + 30;
     layers.push({ level: l, count: byLevel[l]!.length, nodes: ids });
@@ -300,7 +313,14 @@ export function analyse(g: ParsedGraph, topK: number, mermaidMax: number, signal
     }
     for (let v = best; v !== -1; v = pred[v]!) pathNodes.push(v);
     pathNodes = pathNodes.reverse();
-    critical = { duration: sig(bestFinish, 12), steps: pathNodes.length, nodes: within(pathNodes.slice(0, PATH_IDS).map((i) => g.ids[i]!), PATH_CHARS) };
+    critical = {
+      duration: sig(bestFinish, 12),
+      steps: pathNodes.length,
+      nodes: within(
+        pathNodes.slice(0, PATH_IDS).map((i) => g.ids[i]!),
+        PATH_CHARS,
+      ),
+    };
   }
 
   // Fan-in.
@@ -320,7 +340,8 @@ export function analyse(g: ParsedGraph, topK: number, mermaidMax: number, signal
       const v = id.slice(name.length + 1);
       versions.set(name, [...(versions.get(name) ?? []), v]);
     });
-    for (const [name, vs] of versions) if (vs.length > 1 && duplicates.length < DUPLICATES) duplicates.push({ name, versions: vs.slice(0, DUPLICATE_VERSIONS) });
+    for (const [name, vs] of versions)
+      if (vs.length > 1 && duplicates.length < DUPLICATES) duplicates.push({ name, versions: vs.slice(0, DUPLICATE_VERSIONS) });
   }
 
   // Mermaid: cycles' nodes, the critical path, then the busiest nodes, then input order.
@@ -340,12 +361,19 @@ export function analyse(g: ParsedGraph, topK: number, mermaidMax: number, signal
     for (let v = 0; v < n && chosen.length < mermaidMax; v++) add(v);
     chosen.sort((a, b) => a - b);
     const lines = ['graph LR'];
-    for (const v of chosen) lines.push(`  n${v}["${g.ids[v]!.replace(/["\\]/g, "'").replace(/[\r\n]/g, ' ').slice(0, 80)}"]`);
+    for (const v of chosen)
+      lines.push(
+        `  n${v}["${g.ids[v]!.replace(/["\\]/g, "'")
+          .replace(/[\r\n]/g, ' ')
+          .slice(0, 80)}"]`,
+      );
     let drawn = 0;
-    for (const u of chosen) for (const v of outs[u]!) if (inSet[v]) {
-      lines.push(`  n${u} --> n${v}`);
-      drawn++;
-    }
+    for (const u of chosen)
+      for (const v of outs[u]!)
+        if (inSet[v]) {
+          lines.push(`  n${u} --> n${v}`);
+          drawn++;
+        }
     if (chosen.length < n || drawn < edges) lines.push(`  %% showing ${chosen.length} of ${n} nodes and ${drawn} of ${edges} edges`);
     mermaid = lines.join('\n');
   }

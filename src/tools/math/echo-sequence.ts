@@ -88,7 +88,9 @@ const EchoInput = z
       .array(Term)
       .min(MIN_TERMS)
       .max(MAX_TERMS)
-      .describe(`${MIN_TERMS}-${MAX_TERMS} consecutive integer terms, as numbers or digit strings (exact: digit strings for anything beyond 2^53, up to ${MAX_DIGITS} digits)`),
+      .describe(
+        `${MIN_TERMS}-${MAX_TERMS} consecutive integer terms, as numbers or digit strings (exact: digit strings for anything beyond 2^53, up to ${MAX_DIGITS} digits)`,
+      ),
     extend: z.number().int().min(1).max(MAX_EXTEND).optional().describe(`How many further terms to give (default 10, max ${MAX_EXTEND})`),
   })
   .strict();
@@ -101,7 +103,9 @@ const EchoOutput = z.object({
       kind: z.enum(KINDS),
       name: z.string().nullable().describe('A known form, e.g. "Fibonacci-type", "arithmetic", "squares"; null when none'),
       formula: z.string(),
-      coefficients: z.array(z.string()).describe('polynomial: c0, c1, ... of a(n) = Σ c_k n^k (n from 0); recurrence: c1..cL of a(n) = Σ c_j a(n-j); exact rationals as "p/q"'),
+      coefficients: z
+        .array(z.string())
+        .describe('polynomial: c0, c1, ... of a(n) = Σ c_k n^k (n from 0); recurrence: c1..cL of a(n) = Σ c_j a(n-j); exact rationals as "p/q"'),
       degree: z.number().int().nullable(),
       order: z.number().int().nullable(),
     })
@@ -109,7 +113,9 @@ const EchoOutput = z.object({
   next: z.array(z.string()).describe('The continuation, as exact integer strings ("p/q" if the rule leaves the integers)'),
   verified_terms: z.number().int().describe('How many of the given terms the rule reproduces exactly (all of them, or 0 with no rule)'),
   terms_given: z.number().int(),
-  confidence: z.enum(['high', 'medium', 'low', 'none']).describe('From the terms beyond those needed to fix the rule: low 1-2, medium 3-4, high 5+; none with no rule'),
+  confidence: z
+    .enum(['high', 'medium', 'low', 'none'])
+    .describe('From the terms beyond those needed to fix the rule: low 1-2, medium 3-4, high 5+; none with no rule'),
   confirming_terms: z.number().int().describe('Given terms beyond those needed to determine the rule'),
   note: z.string(),
 });
@@ -162,7 +168,15 @@ function polyCandidate(rows: bigint[][], degree: number): Candidate {
   }
   while (coeffs.length > 1 && coeffs[coeffs.length - 1]!.isZero()) coeffs.pop();
   const name =
-    degree === 0 ? 'constant' : degree === 1 ? 'arithmetic' : degree === 2 && coeffs.length === 3 && coeffs[2]!.eq(Q.ONE) && coeffs[1]!.isZero() && coeffs[0]!.isZero() ? 'squares' : degree === 3 && coeffs.length === 4 && coeffs[3]!.eq(Q.ONE) && coeffs.slice(0, 3).every((c) => c.isZero()) ? 'cubes' : null;
+    degree === 0
+      ? 'constant'
+      : degree === 1
+        ? 'arithmetic'
+        : degree === 2 && coeffs.length === 3 && coeffs[2]!.eq(Q.ONE) && coeffs[1]!.isZero() && coeffs[0]!.isZero()
+          ? 'squares'
+          : degree === 3 && coeffs.length === 4 && coeffs[3]!.eq(Q.ONE) && coeffs.slice(0, 3).every((c) => c.isZero())
+            ? 'cubes'
+            : null;
   return {
     kind: 'polynomial',
     name,
@@ -459,16 +473,22 @@ const fib = [0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89];
 
 export const echoSequence = defineTool({
   name: 'echo_sequence',
-  description: 'The rule of an integer sequence (polynomial, geometric or linear recurrence, found exactly) and its exact BigInt continuation; noise gives no rule.',
+  description:
+    'The rule of an integer sequence (polynomial, geometric or linear recurrence, found exactly) and its exact BigInt continuation; noise gives no rule.',
   tier: 'enterprise',
   priceCents: 2,
   family: 'math',
   input: EchoInput,
   qField: 'terms',
   qParse: 'numbers',
-  output: '{rule{kind, name, formula, coefficients, degree, order} | null, next[] (exact integer strings), verified_terms, terms_given, confidence, confirming_terms, note}',
+  output:
+    '{rule{kind, name, formula, coefficients, degree, order} | null, next[] (exact integer strings), verified_terms, terms_given, confidence, confirming_terms, note}',
   outputSchema: EchoOutput,
-  examples: [{ terms: fib, extend: 5 }, { terms: [1, 4, 9, 16, 25, 36] }, { terms: ['4503599627370496', '9007199254740992', '18014398509481984', '36028797018963968'], extend: 3 }],
+  examples: [
+    { terms: fib, extend: 5 },
+    { terms: [1, 4, 9, 16, 25, 36] },
+    { terms: ['4503599627370496', '9007199254740992', '18014398509481984', '36028797018963968'], extend: 3 },
+  ],
   isolated: import.meta.url,
   progress: true,
   limits: { timeMs: 5000, memoryMb: 256 },

@@ -21,35 +21,62 @@ type Table = ReadonlyArray<{ upTo: number; value: number; label: string }>;
 
 /** Penalties (points off 100) for the payment-history sub-score. */
 export const LATE_30_PENALTY: Table = [
-  { upTo: 0, value: 0, label: '0' }, { upTo: 1, value: 15, label: '1' }, { upTo: 2, value: 25, label: '2' },
-  { upTo: 4, value: 35, label: '3-4' }, { upTo: Infinity, value: 45, label: '5+' },
+  { upTo: 0, value: 0, label: '0' },
+  { upTo: 1, value: 15, label: '1' },
+  { upTo: 2, value: 25, label: '2' },
+  { upTo: 4, value: 35, label: '3-4' },
+  { upTo: Infinity, value: 45, label: '5+' },
 ];
 export const LATE_60_PENALTY: Table = [
-  { upTo: 0, value: 0, label: '0' }, { upTo: 1, value: 25, label: '1' }, { upTo: 2, value: 40, label: '2' }, { upTo: Infinity, value: 55, label: '3+' },
+  { upTo: 0, value: 0, label: '0' },
+  { upTo: 1, value: 25, label: '1' },
+  { upTo: 2, value: 40, label: '2' },
+  { upTo: Infinity, value: 55, label: '3+' },
 ];
 export const DEROGATORY_PENALTY: Table = [
-  { upTo: 0, value: 0, label: '0' }, { upTo: 1, value: 45, label: '1' }, { upTo: Infinity, value: 65, label: '2+' },
+  { upTo: 0, value: 0, label: '0' },
+  { upTo: 1, value: 45, label: '1' },
+  { upTo: Infinity, value: 65, label: '2+' },
 ];
 /** Sub-scores. Utilisation in percent: a row holds values below its bound. */
 export const UTILISATION: Table = [
-  { upTo: 10, value: 100, label: 'under 10%' }, { upTo: 30, value: 85, label: '10 to under 30%' }, { upTo: 50, value: 65, label: '30 to under 50%' },
-  { upTo: 75, value: 40, label: '50 to under 75%' }, { upTo: 90, value: 20, label: '75 to under 90%' }, { upTo: Infinity, value: 0, label: '90-100%' },
+  { upTo: 10, value: 100, label: 'under 10%' },
+  { upTo: 30, value: 85, label: '10 to under 30%' },
+  { upTo: 50, value: 65, label: '30 to under 50%' },
+  { upTo: 75, value: 40, label: '50 to under 75%' },
+  { upTo: 90, value: 20, label: '75 to under 90%' },
+  { upTo: Infinity, value: 0, label: '90-100%' },
 ];
 /** Years, descending tables read from the top: the highest bound the value reaches. */
 export const OLDEST_ACCOUNT: Table = [
-  { upTo: 2, value: 10, label: 'under 2 years' }, { upTo: 5, value: 30, label: '2-5' }, { upTo: 10, value: 50, label: '5-10' },
-  { upTo: 15, value: 70, label: '10-15' }, { upTo: 25, value: 85, label: '15-25' }, { upTo: Infinity, value: 100, label: '25+' },
+  { upTo: 2, value: 10, label: 'under 2 years' },
+  { upTo: 5, value: 30, label: '2-5' },
+  { upTo: 10, value: 50, label: '5-10' },
+  { upTo: 15, value: 70, label: '10-15' },
+  { upTo: 25, value: 85, label: '15-25' },
+  { upTo: Infinity, value: 100, label: '25+' },
 ];
 export const AVERAGE_AGE: Table = [
-  { upTo: 1, value: 10, label: 'under 1 year' }, { upTo: 3, value: 30, label: '1-3' }, { upTo: 5, value: 50, label: '3-5' },
-  { upTo: 7, value: 70, label: '5-7' }, { upTo: 10, value: 85, label: '7-10' }, { upTo: Infinity, value: 100, label: '10+' },
+  { upTo: 1, value: 10, label: 'under 1 year' },
+  { upTo: 3, value: 30, label: '1-3' },
+  { upTo: 5, value: 50, label: '3-5' },
+  { upTo: 7, value: 70, label: '5-7' },
+  { upTo: 10, value: 85, label: '7-10' },
+  { upTo: Infinity, value: 100, label: '10+' },
 ];
 export const INQUIRIES: Table = [
-  { upTo: 0, value: 100, label: '0' }, { upTo: 1, value: 85, label: '1' }, { upTo: 2, value: 70, label: '2' },
-  { upTo: 4, value: 50, label: '3-4' }, { upTo: 6, value: 30, label: '5-6' }, { upTo: Infinity, value: 10, label: '7+' },
+  { upTo: 0, value: 100, label: '0' },
+  { upTo: 1, value: 85, label: '1' },
+  { upTo: 2, value: 70, label: '2' },
+  { upTo: 4, value: 50, label: '3-4' },
+  { upTo: 6, value: 30, label: '5-6' },
+  { upTo: Infinity, value: 10, label: '7+' },
 ];
 export const NEW_ACCOUNTS: Table = [
-  { upTo: 0, value: 100, label: '0' }, { upTo: 1, value: 85, label: '1' }, { upTo: 2, value: 65, label: '2' }, { upTo: Infinity, value: 40, label: '3+' },
+  { upTo: 0, value: 100, label: '0' },
+  { upTo: 1, value: 85, label: '1' },
+  { upTo: 2, value: 65, label: '2' },
+  { upTo: Infinity, value: 40, label: '3+' },
 ];
 export const MIX = { none: 0, installment_only: 50, revolving_only: 60, both: 100 } as const;
 
@@ -60,8 +87,11 @@ function lookup(table: Table, v: number, strictlyBelow = false): number {
 }
 
 export const BANDS = [
-  { min: 300, max: 579, band: 'poor' }, { min: 580, max: 669, band: 'fair' }, { min: 670, max: 739, band: 'good' },
-  { min: 740, max: 799, band: 'very good' }, { min: 800, max: 850, band: 'exceptional' },
+  { min: 300, max: 579, band: 'poor' },
+  { min: 580, max: 669, band: 'fair' },
+  { min: 670, max: 739, band: 'good' },
+  { min: 740, max: 799, band: 'very good' },
+  { min: 800, max: 850, band: 'exceptional' },
 ] as const;
 
 const count = (max: number, what: string) => z.number().int().min(0).max(max).describe(what);
@@ -106,18 +136,36 @@ const FicoOutput = z.object({
       max_points: z.number(),
     }),
   ),
-  levers: z.array(z.object({ factor: z.enum(FACTORS), action: z.string(), potential_points: z.number().int() })).describe('What would raise the estimate most, largest first'),
+  levers: z
+    .array(z.object({ factor: z.enum(FACTORS), action: z.string(), potential_points: z.number().int() }))
+    .describe('What would raise the estimate most, largest first'),
   disclaimer: z.string(),
   not_a_fico_score: z.literal(true),
 });
 type FicoResult = z.infer<typeof FicoOutput>;
 
 export function subscores(p: FicoProfileT): Record<(typeof FACTORS)[number], number> {
-  const payment = Math.max(0, 100 - lookup(LATE_30_PENALTY, p.late_payments_30) - lookup(LATE_60_PENALTY, p.late_payments_60_plus) - lookup(DEROGATORY_PENALTY, p.derogatory_marks));
+  const payment = Math.max(
+    0,
+    100 - lookup(LATE_30_PENALTY, p.late_payments_30) - lookup(LATE_60_PENALTY, p.late_payments_60_plus) - lookup(DEROGATORY_PENALTY, p.derogatory_marks),
+  );
   const history = (lookup(OLDEST_ACCOUNT, p.oldest_account_years, true) + lookup(AVERAGE_AGE, p.average_account_age_years, true)) / 2;
   const newCredit = (lookup(INQUIRIES, p.hard_inquiries_12m) + lookup(NEW_ACCOUNTS, p.new_accounts_12m)) / 2;
-  const mix = p.revolving_accounts > 0 && p.installment_accounts > 0 ? MIX.both : p.revolving_accounts > 0 ? MIX.revolving_only : p.installment_accounts > 0 ? MIX.installment_only : MIX.none;
-  return { payment_history: payment, amounts_owed: lookup(UTILISATION, p.utilization_percent, true), length_of_history: history, new_credit: newCredit, credit_mix: mix };
+  const mix =
+    p.revolving_accounts > 0 && p.installment_accounts > 0
+      ? MIX.both
+      : p.revolving_accounts > 0
+        ? MIX.revolving_only
+        : p.installment_accounts > 0
+          ? MIX.installment_only
+          : MIX.none;
+  return {
+    payment_history: payment,
+    amounts_owed: lookup(UTILISATION, p.utilization_percent, true),
+    length_of_history: history,
+    new_credit: newCredit,
+    credit_mix: mix,
+  };
 }
 
 /** 300 + 5.5 · Σ (w/100)·s, in integer hundredths so the sum is exact; rounded half up. */
@@ -160,27 +208,45 @@ export function estimateFico(p: FicoProfileT): FicoResult {
 }
 
 const perfect = {
-  late_payments_30: 0, late_payments_60_plus: 0, derogatory_marks: 0, utilization_percent: 4, oldest_account_years: 28,
-  average_account_age_years: 12, hard_inquiries_12m: 0, new_accounts_12m: 0, revolving_accounts: 4, installment_accounts: 1,
+  late_payments_30: 0,
+  late_payments_60_plus: 0,
+  derogatory_marks: 0,
+  utilization_percent: 4,
+  oldest_account_years: 28,
+  average_account_age_years: 12,
+  hard_inquiries_12m: 0,
+  new_accounts_12m: 0,
+  revolving_accounts: 4,
+  installment_accounts: 1,
 };
 
 export const ficoScore = defineTool({
   name: 'fico_score',
-  description: 'Educational FICO-style estimate (not a FICO® Score) from your own self-reported factors, with the published category weights, bands and what would raise it.',
+  description:
+    'Educational FICO-style estimate (not a FICO® Score) from your own self-reported factors, with the published category weights, bands and what would raise it.',
   tier: 'pro',
   priceCents: 0,
   family: 'math',
   input: FicoInput,
   qField: 'profile',
   qParse: 'json',
-  output: '{estimate, range{low, high}, band, factors[{factor, weight, subscore, points, max_points}], levers[{factor, action, potential_points}], disclaimer, not_a_fico_score}',
+  output:
+    '{estimate, range{low, high}, band, factors[{factor, weight, subscore, points, max_points}], levers[{factor, action, potential_points}], disclaimer, not_a_fico_score}',
   outputSchema: FicoOutput,
   examples: [
     { profile: perfect },
     {
       profile: {
-        late_payments_30: 1, late_payments_60_plus: 0, derogatory_marks: 0, utilization_percent: 34, oldest_account_years: 6,
-        average_account_age_years: 3.5, hard_inquiries_12m: 2, new_accounts_12m: 1, revolving_accounts: 3, installment_accounts: 1,
+        late_payments_30: 1,
+        late_payments_60_plus: 0,
+        derogatory_marks: 0,
+        utilization_percent: 34,
+        oldest_account_years: 6,
+        average_account_age_years: 3.5,
+        hard_inquiries_12m: 2,
+        new_accounts_12m: 1,
+        revolving_accounts: 3,
+        installment_accounts: 1,
       },
     },
   ],
@@ -188,8 +254,16 @@ export const ficoScore = defineTool({
   limits: { timeMs: 1000, memoryMb: 64 },
   largestInput: () => ({
     profile: {
-      late_payments_30: 100, late_payments_60_plus: 100, derogatory_marks: 50, utilization_percent: 100, oldest_account_years: 80,
-      average_account_age_years: 80, hard_inquiries_12m: 100, new_accounts_12m: 100, revolving_accounts: 200, installment_accounts: 200,
+      late_payments_30: 100,
+      late_payments_60_plus: 100,
+      derogatory_marks: 50,
+      utilization_percent: 100,
+      oldest_account_years: 80,
+      average_account_age_years: 80,
+      hard_inquiries_12m: 100,
+      new_accounts_12m: 100,
+      revolving_accounts: 200,
+      installment_accounts: 200,
     },
   }),
   handler: async ({ profile }) => estimateFico(profile),

@@ -60,7 +60,8 @@ export function parseTasks(value: unknown): ParsedGraph {
     if (key.length > 200) throw bad(`task ${i}: ids are at most 200 characters`, ['manifest', i, 'id']);
     if (index.has(key)) throw bad(`task id "${key}" appears twice`, ['manifest', i, 'id']);
     const d = (t as { duration?: unknown }).duration ?? 1;
-    if (typeof d !== 'number' || !Number.isFinite(d) || d < 0 || d > 1e12) throw bad(`task "${key}": duration must be a number from 0 to 10^12`, ['manifest', i, 'duration']);
+    if (typeof d !== 'number' || !Number.isFinite(d) || d < 0 || d > 1e12)
+      throw bad(`task "${key}": duration must be a number from 0 to 10^12`, ['manifest', i, 'duration']);
     index.set(key, ids.length);
     ids.push(key);
     durations.push(d);
@@ -111,7 +112,8 @@ export function parsePackageLock(value: unknown): ParsedGraph {
   const idOf = (path: string, seen = 0): number | null => {
     const e = packages[path];
     if (!e) return null;
-    if (e.link && typeof e.resolved === 'string' && seen < 8) return idOf(e.resolved, seen + 1) ?? b.node(`${nameFromPath(path)}@link:${e.resolved}`, nameFromPath(path));
+    if (e.link && typeof e.resolved === 'string' && seen < 8)
+      return idOf(e.resolved, seen + 1) ?? b.node(`${nameFromPath(path)}@link:${e.resolved}`, nameFromPath(path));
     const name = e.name ?? (path === '' ? (lock.name ?? 'root') : nameFromPath(path));
     return b.node(`${name}@${e.version ?? (path === '' ? (lock.version ?? '0.0.0') : 'unknown')}`, name);
   };
@@ -221,10 +223,11 @@ export function parsePnpmLock(text: string): ParsedGraph {
   };
   const sections = [y.snapshots, y.packages].filter((s): s is Yaml => !!s && typeof s === 'object' && !Array.isArray(s));
   // Nodes for every package first (stable order), then edges from snapshots (v9) or packages.
-  for (const s of sections) for (const key of Object.keys(s)) {
-    const nv = splitPnpmKey(key);
-    if (nv) pkgNode(nv[0], nv[1]);
-  }
+  for (const s of sections)
+    for (const key of Object.keys(s)) {
+      const nv = splitPnpmKey(key);
+      if (nv) pkgNode(nv[0], nv[1]);
+    }
   const edgeSource = sections[0];
   const addDeps = (from: number, entry: Yaml | string | string[] | undefined) => {
     if (!entry || typeof entry !== 'object' || Array.isArray(entry)) return;

@@ -20,7 +20,13 @@ const MR_PROVEN_BELOW = 3_317_044_064_679_887_385_961_981n;
 const MR_EXTRA = [43n, 47n, 53n, 59n, 61n, 67n, 71n];
 
 const N = z
-  .union([z.number().int().min(1), z.string().trim().regex(/^\d{1,31}$/, 'a positive integer in decimal digits')])
+  .union([
+    z.number().int().min(1),
+    z
+      .string()
+      .trim()
+      .regex(/^\d{1,31}$/, 'a positive integer in decimal digits'),
+  ])
   .describe('The number: the sieve bound (count mode, ≤ 100,000,000) or the number to inspect (inspect mode, ≤ 10^30; send it as a string past 2^53)');
 
 const Input = z
@@ -29,9 +35,17 @@ const Input = z
     mode: z
       .enum(['auto', 'count', 'inspect'])
       .default('auto')
-      .describe('count: primes ≤ n over residue classes; inspect: primality, factors, Jacobi symbol and order of n; auto (default): count when n ≤ 10^8, else inspect'),
+      .describe(
+        'count: primes ≤ n over residue classes; inspect: primality, factors, Jacobi symbol and order of n; auto (default): count when n ≤ 10^8, else inspect',
+      ),
     modulus: z.number().int().min(2).max(1000).default(4).describe('The modulus whose residue classes are counted (count) or reported (inspect); default 4'),
-    base: z.number().int().min(1).max(1_000_000).default(2).describe('inspect: a in the Jacobi symbol (a/n) and the multiplicative order of a mod n; default 2'),
+    base: z
+      .number()
+      .int()
+      .min(1)
+      .max(1_000_000)
+      .default(2)
+      .describe('inspect: a in the Jacobi symbol (a/n) and the multiplicative order of a mod n; default 2'),
   })
   .superRefine((v, ctx) => {
     if (typeof v.n === 'string' && !/^\d+$/.test(v.n.trim())) return;
@@ -72,7 +86,8 @@ type Out = z.infer<typeof Output>;
 
 export const primeResidue = defineTool({
   name: 'prime_residue',
-  description: 'Primes up to n (≤ 10^8) over the residue classes of a modulus with a chi-squared test (prime races), or one n ≤ 10^30 inspected: primality, factors, Jacobi symbol, order.',
+  description:
+    'Primes up to n (≤ 10^8) over the residue classes of a modulus with a chi-squared test (prime races), or one n ≤ 10^30 inspected: primality, factors, Jacobi symbol, order.',
   tier: 'enterprise',
   priceCents: 5,
   family: 'math',
@@ -114,7 +129,11 @@ function smallPrimes(limit: number): number[] {
 
 const SEGMENT = 1 << 18; // odd numbers per segment (covers 2^19 integers)
 
-async function count(n: number, m: number, ctx: { signal: AbortSignal; progress: (p: { stage: string; done?: number; total?: number; unit?: string }) => Promise<void> }): Promise<Out> {
+async function count(
+  n: number,
+  m: number,
+  ctx: { signal: AbortSignal; progress: (p: { stage: string; done?: number; total?: number; unit?: string }) => Promise<void> },
+): Promise<Out> {
   const counts = new Float64Array(m);
   if (n >= 2) counts[2 % m]! += 1;
   const base = smallPrimes(Math.floor(Math.sqrt(n)) + 1).filter((p) => p > 2);
@@ -281,7 +300,11 @@ function smallPrimesBig(limit: number): bigint[] {
 }
 
 /** Prime factorisation: trial division to 10^4, then Miller–Rabin and Pollard–Brent within a budget. */
-export function factorize(n: bigint, signal: AbortSignal, budget = { left: RHO_BUDGET }): { factors: Map<bigint, { e: number; prime: boolean }>; complete: boolean } {
+export function factorize(
+  n: bigint,
+  signal: AbortSignal,
+  budget = { left: RHO_BUDGET },
+): { factors: Map<bigint, { e: number; prime: boolean }>; complete: boolean } {
   const factors = new Map<bigint, { e: number; prime: boolean }>();
   const add = (p: bigint, prime: boolean) => {
     const f = factors.get(p);

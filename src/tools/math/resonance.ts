@@ -51,7 +51,8 @@ type Out = z.infer<typeof Output>;
 
 export const resonance = defineTool({
   name: 'resonance',
-  description: 'Dominant periodicities of an evenly sampled series: windowed, zero-padded FFT peaks with interpolated frequency, period, amplitude and power share.',
+  description:
+    'Dominant periodicities of an evenly sampled series: windowed, zero-padded FFT peaks with interpolated frequency, period, amplitude and power share.',
   tier: 'enterprise',
   priceCents: 2,
   family: 'math',

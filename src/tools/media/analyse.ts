@@ -62,10 +62,10 @@ const FILLER = new Set(
   (
     'um uh uhm erm hmm ah oh yeah yes yep okay ok like just really actually basically literally gonna wanna gotta kinda sorta ' +
     'know think mean right well so lot lots thing things stuff something anything everything nothing someone going get got getting ' +
-    'go goes went make makes made say says said see look looking want wanted let lets let\'s come take put also even still much many ' +
+    "go goes went make makes made say says said see look looking want wanted let lets let's come take put also even still much many " +
     'way kind sort one two three first next now then here there today thank thanks guys everybody everyone people time little bit ' +
-    'good great need use using used can\'t don\'t doesn\'t didn\'t isn\'t it\'s that\'s there\'s i\'m you\'re we\'re they\'re i\'ve you\'ve ' +
-    'we\'ve i\'ll you\'ll we\'ll what\'s here\'s he\'s she\'s music applause laughter ' +
+    "good great need use using used can't don't doesn't didn't isn't it's that's there's i'm you're we're they're i've you've " +
+    "we've i'll you'll we'll what's here's he's she's music applause laughter " +
     'every each before after because always never often usually sometimes maybe probably really quite rather almost already ' +
     'another around away back best better big different done else enough ever few find found give given gives keep keeps ' +
     'last least less long new old part place point same show shows small start starts sure tell try trying turn want ways ' +
@@ -154,7 +154,9 @@ export function videoIntelTask(input: IntelInput): IntelOutput {
     const top: number[] = [];
     for (const i of [...ranks.keys()].sort((a, b) => ranks[b]! - ranks[a]! || a - b)) {
       if (top.length >= input.summary_sentences) break;
-      const key = words(units[i]!.text).map((w) => w.word).join(' ');
+      const key = words(units[i]!.text)
+        .map((w) => w.word)
+        .join(' ');
       if (seen.has(key)) continue;
       seen.add(key);
       top.push(i);
@@ -168,7 +170,10 @@ export function videoIntelTask(input: IntelInput): IntelOutput {
     );
   } else if (input.description.trim()) {
     // Without captions: the description's opening sentences, before any chapter list or links.
-    const prose = input.description.split(/\r?\n/).filter((l) => l.trim() && !/https?:\/\/|\d:\d\d/.test(l)).join('\n');
+    const prose = input.description
+      .split(/\r?\n/)
+      .filter((l) => l.trim() && !/https?:\/\/|\d:\d\d/.test(l))
+      .join('\n');
     const spans = splitSentences(prose).slice(0, input.summary_sentences);
     summary = clip(spans.map((s) => prose.slice(s.start, s.end)).join(' '), SUMMARY_CHARS);
     if (summary) summarySource = 'description';
@@ -347,7 +352,12 @@ function segmentChapters(units: Unit[], ranks: Float64Array, duration: number | 
   }
   const starts = [0, ...boundaries];
   const spans = starts.map((b, i) => ({ firstUnit: blocks[b]!.first, lastUnit: i + 1 < starts.length ? blocks[starts[i + 1]!]!.first - 1 : units.length - 1 }));
-  const texts = spans.map((s) => units.slice(s.firstUnit, s.lastUnit + 1).map((u) => u.text).join(' '));
+  const texts = spans.map((s) =>
+    units
+      .slice(s.firstUnit, s.lastUnit + 1)
+      .map((u) => u.text)
+      .join(' '),
+  );
   const titled = rankKeywordsPerDoc(texts, 3);
   return spans.map((s, i) => {
     const start = i === 0 ? 0 : units[s.firstUnit]!.time;
@@ -372,7 +382,13 @@ function documentsOf(units: Unit[], chapters: IntelChapter[]): string[] {
     return docs.filter((d) => d.trim());
   }
   const docs: string[] = [];
-  for (let i = 0; i < units.length; i += 10) docs.push(units.slice(i, i + 10).map((u) => u.text).join(' '));
+  for (let i = 0; i < units.length; i += 10)
+    docs.push(
+      units
+        .slice(i, i + 10)
+        .map((u) => u.text)
+        .join(' '),
+    );
   return docs;
 }
 
@@ -538,7 +554,7 @@ function findEntities(text: string): IntelEntity[] {
       }
     }
   }
-  const best = <T,>(m: Map<T, number>): T => [...m.entries()].sort((a, b) => b[1] - a[1])[0]![0];
+  const best = <T>(m: Map<T, number>): T => [...m.entries()].sort((a, b) => b[1] - a[1])[0]![0];
   return [...found.values()]
     .sort((a, b) => b.count - a.count || a.first - b.first)
     .slice(0, MAX_ENTITIES)

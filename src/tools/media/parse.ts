@@ -129,7 +129,12 @@ function detailsOf(player: Record<string, unknown>): VideoDetails | null {
   if (!d) return null;
   const videoId = str(d['videoId']);
   if (!videoId) return null;
-  const tags = Array.isArray(d['keywords']) ? d['keywords'].filter((k): k is string => typeof k === 'string').slice(0, MAX_TAGS).map((k) => k.slice(0, 200)) : [];
+  const tags = Array.isArray(d['keywords'])
+    ? d['keywords']
+        .filter((k): k is string => typeof k === 'string')
+        .slice(0, MAX_TAGS)
+        .map((k) => k.slice(0, 200))
+    : [];
   return {
     video_id: videoId.slice(0, 64),
     title: (str(d['title']) ?? '').slice(0, MAX_TITLE_CHARS),

@@ -27,7 +27,12 @@ const Input = z.object({
   summary_sentences: z.number().int().min(1).max(20).default(5).describe('Sentences in the summary (1-20, default 5)'),
 });
 
-const Chapter = z.object({ start: z.number().nonnegative(), end: z.number().nonnegative().nullable(), title: z.string().min(1), summary: z.string().nullable() });
+const Chapter = z.object({
+  start: z.number().nonnegative(),
+  end: z.number().nonnegative().nullable(),
+  title: z.string().min(1),
+  summary: z.string().nullable(),
+});
 
 export const VideoIntelOutput = z.object({
   video: z.object({

@@ -111,7 +111,10 @@ function unavailable(why: string, details: Record<string, unknown> = {}): AppErr
 function baseOf(ctx: ToolContext): URL {
   const base = ctx.config.YOUTUBE_BASE_URL;
   // Checked at admission (needs: ['youtube']); a direct handler call without it gets the same answer.
-  if (!base) throw new AppError('tool_unavailable', 'The media tools are not available on this service: YOUTUBE_BASE_URL is not configured. Nothing was charged.', { needs: ['youtube'] });
+  if (!base)
+    throw new AppError('tool_unavailable', 'The media tools are not available on this service: YOUTUBE_BASE_URL is not configured. Nothing was charged.', {
+      needs: ['youtube'],
+    });
   return new URL(base.endsWith('/') ? base : `${base}/`);
 }
 
@@ -162,7 +165,11 @@ async function get(url: URL, what: string, maxBytes: number, ctx: ToolContext): 
 
 /** The site's refusal as 503; a 429's Retry-After (seconds) is passed on as `retry_after` (and the Retry-After header). */
 function statusError(status: number, what: string, retryAfter: number | null = null): AppError {
-  if (status === 429) return unavailable(`the site is rate limiting (429 for the ${what})`, { upstream_status: status, ...(retryAfter !== null ? { retry_after: retryAfter } : {}) });
+  if (status === 429)
+    return unavailable(`the site is rate limiting (429 for the ${what})`, {
+      upstream_status: status,
+      ...(retryAfter !== null ? { retry_after: retryAfter } : {}),
+    });
   if (status >= 300 && status < 400) return unavailable(`the ${what} redirected (${status}); redirects are not followed`, { upstream_status: status });
   return unavailable(`the ${what} answered ${status}`, { upstream_status: status });
 }
@@ -178,15 +185,20 @@ export async function loadVideo(videoId: string, ctx: ToolContext): Promise<Load
   if (page.status !== 200) throw statusError(page.status, 'watch page', page.retryAfter);
   await ctx.progress({ stage: 'parsing', message: 'watch page', done: 1, total: 3 });
   const parsed = await runTask(ctx, 'yt_watch_page', { body: page.body });
-  if (!parsed.found) throw unavailable('the watch page has no player response (a consent or bot-check page, or a layout this service does not read)', { reason: 'page_layout' });
+  if (!parsed.found)
+    throw unavailable('the watch page has no player response (a consent or bot-check page, or a layout this service does not read)', { reason: 'page_layout' });
   const status = parsed.playability?.status ?? 'OK';
   if (status === 'ERROR') {
-    throw new AppError('not_found', `Video ${videoId} is not available: ${parsed.playability?.reason ?? 'the site says it does not exist'}`, { video_id: videoId });
+    throw new AppError('not_found', `Video ${videoId} is not available: ${parsed.playability?.reason ?? 'the site says it does not exist'}`, {
+      video_id: videoId,
+    });
   }
   if ((status !== 'OK' || !parsed.details) && !parsed.tracks.length) {
     // LOGIN_REQUIRED ("confirm you're not a bot", private, age-restricted), UNPLAYABLE, LIVE_STREAM_OFFLINE...:
     // the site hides the tracks, so whether the video has captions is unknown; not a no_captions answer.
-    throw unavailable(`the site did not show video ${videoId} (${status}${parsed.playability?.reason ? `: ${parsed.playability.reason}` : ''})`, { playability: status });
+    throw unavailable(`the site did not show video ${videoId} (${status}${parsed.playability?.reason ? `: ${parsed.playability.reason}` : ''})`, {
+      playability: status,
+    });
   }
   return { video_id: videoId, details: parsed.details, tracks: parsed.tracks };
 }

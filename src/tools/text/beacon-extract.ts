@@ -45,16 +45,36 @@ const Output = z.object({
 type Found = z.infer<typeof Entity>;
 
 const MONTHS = ['january', 'february', 'march', 'april', 'may', 'june', 'july', 'august', 'september', 'october', 'november', 'december'];
-const MONTH = '(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\\.?';
-const CURRENCY: Record<string, string> = { $: 'USD', '€': 'EUR', '£': 'GBP', '¥': 'JPY', '₹': 'INR', dollars: 'USD', dollar: 'USD', euros: 'EUR', euro: 'EUR', pounds: 'GBP' };
+const MONTH =
+  '(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\\.?';
+const CURRENCY: Record<string, string> = {
+  $: 'USD',
+  '€': 'EUR',
+  '£': 'GBP',
+  '¥': 'JPY',
+  '₹': 'INR',
+  dollars: 'USD',
+  dollar: 'USD',
+  euros: 'EUR',
+  euro: 'EUR',
+  pounds: 'GBP',
+};
 const SCALE: Record<string, number> = { k: 1e3, thousand: 1e3, m: 1e6, million: 1e6, bn: 1e9, b: 1e9, billion: 1e9 };
 
 const RULES: Array<{ type: EntityType; re: RegExp; value?: (m: RegExpExecArray) => string | null; trim?: boolean }> = [
   { type: 'url', re: /\b(?:https?:\/\/|www\.)[^\s<>"'`]+/gi, trim: true, value: (m) => m[0] },
   { type: 'email', re: /(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b/g, value: (m) => m[0].toLowerCase() },
   { type: 'ip', re: /\b(?:\d{1,3}\.){3}\d{1,3}\b/g, value: (m) => (isIPv4(m[0]) ? m[0] : null) },
-  { type: 'ip', re: /(?<![\w:])(?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}(?![\w:])|(?<![\w:])(?:[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4})*)?::(?:[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4})*)?(?![\w:])/g, value: (m) => (isIPv6(m[0]) && m[0].length > 2 ? m[0].toLowerCase() : null) },
-  { type: 'date', re: /\b(\d{4})-(\d{2})-(\d{2})(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b/g, value: (m) => ymd(+m[1]!, +m[2]!, +m[3]!) },
+  {
+    type: 'ip',
+    re: /(?<![\w:])(?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}(?![\w:])|(?<![\w:])(?:[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4})*)?::(?:[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4})*)?(?![\w:])/g,
+    value: (m) => (isIPv6(m[0]) && m[0].length > 2 ? m[0].toLowerCase() : null),
+  },
+  {
+    type: 'date',
+    re: /\b(\d{4})-(\d{2})-(\d{2})(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b/g,
+    value: (m) => ymd(+m[1]!, +m[2]!, +m[3]!),
+  },
   { type: 'date', re: /\b(\d{1,2})[/.](\d{1,2})[/.](\d{4})\b/g, value: (m) => numericDate(+m[1]!, +m[2]!, +m[3]!) },
   { type: 'date', re: new RegExp(`\\b(\\d{1,2})(?:st|nd|rd|th)? (${MONTH}),? (\\d{4})\\b`, 'gi'), value: (m) => ymd(+m[3]!, month(m[2]!), +m[1]!) },
   { type: 'date', re: new RegExp(`\\b(${MONTH}) (\\d{1,2})(?:st|nd|rd|th)?,? (\\d{4})\\b`, 'gi'), value: (m) => ymd(+m[3]!, month(m[1]!), +m[2]!) },
@@ -72,12 +92,17 @@ const RULES: Array<{ type: EntityType; re: RegExp; value?: (m: RegExpExecArray) 
     re: /(?<![\w.])\d+(?:[.,]\d+)?\s?(?:%|(?:percent|kg|mg|g|lbs?|oz|km|cm|mm|m|mi|miles?|ft|feet|inch(?:es)?|in|ml|l|litres?|liters?|[kmgt]b|ms|s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?|days?|weeks?|months?|years?|°[cf]|kwh|kw|w|mph|km\/h|users?|requests?|items?|tokens?)\b)/gi,
     value: (m) => m[0].replace(/\s+/g, ' '),
   },
-  { type: 'path', re: /(?<![\w/:.~-])(?:~|\.{1,2})?(?:\/[\w.@-]+){2,}\/?|(?<![\w/.~-])(?:~|\.{1,2})\/[\w.@-]+(?:\/[\w.@-]+)*\/?|\b[A-Za-z]:\\(?:[\w .@-]+\\)*[\w.@-]+/g, trim: true },
+  {
+    type: 'path',
+    re: /(?<![\w/:.~-])(?:~|\.{1,2})?(?:\/[\w.@-]+){2,}\/?|(?<![\w/.~-])(?:~|\.{1,2})\/[\w.@-]+(?:\/[\w.@-]+)*\/?|\b[A-Za-z]:\\(?:[\w .@-]+\\)*[\w.@-]+/g,
+    trim: true,
+  },
 ];
 
 export const beaconExtract = defineTool({
   name: 'beacon_extract',
-  description: 'Extracts entities (emails, URLs, phones in E.164, dates, money, quantities, people, organisations, places, IPs, paths, key: value pairs) and facts, with offsets.',
+  description:
+    'Extracts entities (emails, URLs, phones in E.164, dates, money, quantities, people, organisations, places, IPs, paths, key: value pairs) and facts, with offsets.',
   tier: 'pro',
   priceCents: 1,
   family: 'text',
@@ -88,7 +113,10 @@ export const beaconExtract = defineTool({
   outputSchema: Output,
   examples: [
     { text: 'Email ops@example.com or call +1 (415) 555-2671 before March 3, 2026. The fix costs $1,200 and saves 35% of CPU time.' },
-    { text: 'Angela Merkel visited Google in Paris.\nhost: 10.0.0.12\nlog file: /var/log/app/error.log', types: ['person', 'organisation', 'place', 'ip', 'path', 'key_value'] },
+    {
+      text: 'Angela Merkel visited Google in Paris.\nhost: 10.0.0.12\nlog file: /var/log/app/error.log',
+      types: ['person', 'organisation', 'place', 'ip', 'path', 'key_value'],
+    },
     { text: 'Ring 020 7946 0958 on 03/04/2026.', default_region: 'GB' },
   ],
   isolated: import.meta.url,

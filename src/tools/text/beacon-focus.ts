@@ -30,7 +30,15 @@ const Input = z.object({
 
 const Output = z.object({
   passages: z.array(
-    z.object({ start_line: z.number().int().min(1), end_line: z.number().int().min(1), start: z.number().int(), end: z.number().int(), text: z.string(), score: z.number(), tokens: z.number().int() }),
+    z.object({
+      start_line: z.number().int().min(1),
+      end_line: z.number().int().min(1),
+      start: z.number().int(),
+      end: z.number().int(),
+      text: z.string(),
+      score: z.number(),
+      tokens: z.number().int(),
+    }),
   ),
   coverage: z.number().min(0).max(1),
   query_terms: z.array(z.string()),
@@ -58,8 +66,7 @@ export const beaconFocus = defineTool({
   outputSchema: Output,
   examples: [
     {
-      text:
-        'import { db } from "./db";\n\nexport async function getUser(id) {\n  const row = await db.query("select * from users where id = $1", [id]);\n  if (!row) throw new NotFound("user");\n  return row;\n}\n\nexport function formatPrice(cents) {\n  return (cents / 100).toFixed(2);\n}\n',
+      text: 'import { db } from "./db";\n\nexport async function getUser(id) {\n  const row = await db.query("select * from users where id = $1", [id]);\n  if (!row) throw new NotFound("user");\n  return row;\n}\n\nexport function formatPrice(cents) {\n  return (cents / 100).toFixed(2);\n}\n',
       query: 'user not found',
       context_lines: 1,
     },
@@ -127,7 +134,15 @@ export const beaconFocus = defineTool({
     const passages = kept.map((k) => {
       const start = segs[k.from]!.start;
       const end = segs[k.to]!.end;
-      return { start_line: segs[k.from]!.line, end_line: segs[k.to]!.line, start, end, text: text.slice(start, end), score: round(k.score, 4), tokens: k.tokens };
+      return {
+        start_line: segs[k.from]!.line,
+        end_line: segs[k.to]!.line,
+        start,
+        end,
+        text: text.slice(start, end),
+        score: round(k.score, 4),
+        tokens: k.tokens,
+      };
     });
     const queryTerms = [...new Set(codeTerms(query))].sort();
     const found = new Set(passages.flatMap((p) => codeTerms(p.text)));

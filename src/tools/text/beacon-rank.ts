@@ -29,7 +29,12 @@ const Input = z
       .max(MAX_DOCUMENTS)
       .optional()
       .describe('Up to 1,000 documents: strings (ids are their positions, "0", "1"...) or {id, text}; 400,000 characters in all'),
-    text: z.string().min(1).max(MAX_TEXT_CHARS).optional().describe('Instead of documents: one text (up to 400,000 characters) cut into chunks of chunk_tokens'),
+    text: z
+      .string()
+      .min(1)
+      .max(MAX_TEXT_CHARS)
+      .optional()
+      .describe('Instead of documents: one text (up to 400,000 characters) cut into chunks of chunk_tokens'),
     chunk_tokens: z.number().int().min(16).max(4_096).default(256).describe('Chunk size in o200k_base tokens when ranking a text (default 256)'),
     top_k: z.number().int().min(1).max(100).default(10).describe('How many results to return (default 10)'),
   })
@@ -37,7 +42,8 @@ const Input = z
     if (!v.documents === !v.text) ctx.addIssue({ code: 'custom', path: ['documents'], message: 'Give either documents or text' });
     if (v.documents) {
       const total = v.documents.reduce((n, d) => n + (typeof d === 'string' ? d.length : d.text.length), 0);
-      if (total > MAX_TEXT_CHARS) ctx.addIssue({ code: 'custom', path: ['documents'], message: `Documents hold ${total} characters; at most ${MAX_TEXT_CHARS} in all` });
+      if (total > MAX_TEXT_CHARS)
+        ctx.addIssue({ code: 'custom', path: ['documents'], message: `Documents hold ${total} characters; at most ${MAX_TEXT_CHARS} in all` });
       const ids = new Set<string>();
       v.documents.forEach((d, i) => {
         const id = typeof d === 'string' ? String(i) : d.id;

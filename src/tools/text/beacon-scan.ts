@@ -109,7 +109,8 @@ export const beaconScan = defineTool({
   input: Input,
   qField: 'text',
   qParse: 'text',
-  output: '{characters, lines, tokens{o200k_base,cl100k_base}, encoding{name,tokens,label}, sections[{heading,level,start,end,tokens}], heaviest, fits[{window,fits,fill_ratio}]}',
+  output:
+    '{characters, lines, tokens{o200k_base,cl100k_base}, encoding{name,tokens,label}, sections[{heading,level,start,end,tokens}], heaviest, fits[{window,fits,fill_ratio}]}',
   outputSchema: Output,
   examples: [
     { text: '# Intro\nTollgate runs tools over HTTP.\n\n## Pricing\nEvery successful call is charged in credits.\n' },
@@ -129,7 +130,13 @@ export const beaconScan = defineTool({
     await ctx.progress({ stage: 'sections', done: 2, total: 3 });
     const exact = tokenCount('', encoding).exact;
     const count = (s: string) =>
-      encoding === 'o200k_base' && s === text ? o200k : encoding === 'cl100k_base' && s === text ? cl100k : exact ? countTokensA(s, encoding as ExactEncoding) : tokenCount(s, encoding).tokens;
+      encoding === 'o200k_base' && s === text
+        ? o200k
+        : encoding === 'cl100k_base' && s === text
+          ? cl100k
+          : exact
+            ? countTokensA(s, encoding as ExactEncoding)
+            : tokenCount(s, encoding).tokens;
     const total = count(text);
     const headings = findHeadings(text);
     const bounds: Array<{ heading: string | null; level: number; start: number }> = [];
@@ -147,7 +154,14 @@ export const beaconScan = defineTool({
       if (hi < 0 || s.tokens > sections[hi]!.tokens) hi = i;
     });
     const heaviest =
-      hi < 0 ? null : { index: hi, heading: sections[hi]!.heading, tokens: sections[hi]!.tokens, share: total ? Math.round((sections[hi]!.tokens / total) * 1000) / 1000 : 0 };
+      hi < 0
+        ? null
+        : {
+            index: hi,
+            heading: sections[hi]!.heading,
+            tokens: sections[hi]!.tokens,
+            share: total ? Math.round((sections[hi]!.tokens / total) * 1000) / 1000 : 0,
+          };
     await ctx.progress({ stage: 'done', done: 3, total: 3 });
     return {
       characters: text.length,

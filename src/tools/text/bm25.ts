@@ -98,4 +98,3 @@ export function codeTerms(text: string): string[] {
   }
   return out;
 }
-

@@ -3,8 +3,18 @@ import { AppError } from '../../errors.js';
 import { defineTool } from '../types.js';
 import { bigConversation } from './context-health.js';
 import {
-  checkSignal, conversationFields, conversationOf, conversationTokens, lastUserIndex, messageTokens, MessageOut, refineConversation,
-  sentences, tokensOf, truncateTokens, type Message,
+  checkSignal,
+  conversationFields,
+  conversationOf,
+  conversationTokens,
+  lastUserIndex,
+  messageTokens,
+  MessageOut,
+  refineConversation,
+  sentences,
+  tokensOf,
+  truncateTokens,
+  type Message,
 } from './conversation.js';
 
 /**
@@ -26,7 +36,13 @@ const Input = z
   .object({
     ...conversationFields,
     budget_tokens: z.number().int().min(50).max(2_000_000).describe('The token budget for the result (o200k_base, 4 framing tokens per message)'),
-    keep_last_turns: z.number().int().min(1).max(20).default(3).describe('Turns (a user message and the replies after it) kept verbatim where possible (1-20, default 3)'),
+    keep_last_turns: z
+      .number()
+      .int()
+      .min(1)
+      .max(20)
+      .default(3)
+      .describe('Turns (a user message and the replies after it) kept verbatim where possible (1-20, default 3)'),
   })
   .superRefine(refineConversation);
 
@@ -45,7 +61,8 @@ type Action = z.infer<typeof Output>['actions'][number];
 
 export const contextCompress = defineTool({
   name: 'context_compress',
-  description: 'Shrinks a conversation to a token budget (dedupe, trim tool outputs, compress old turns, drop middle turns), keeping it a valid chat transcript.',
+  description:
+    'Shrinks a conversation to a token budget (dedupe, trim tool outputs, compress old turns, drop middle turns), keeping it a valid chat transcript.',
   tier: 'pro',
   priceCents: 2,
   family: 'text',
@@ -53,7 +70,8 @@ export const contextCompress = defineTool({
   qField: 'transcript',
   qParse: 'text',
   progress: true,
-  output: '{messages (OpenAI chat format), tokens_before, tokens_after, budget_tokens, actions[{i,action dedupe|trim_tool_output|compress_turn|drop,tokens_before,tokens_after}], kept (original indices)}',
+  output:
+    '{messages (OpenAI chat format), tokens_before, tokens_after, budget_tokens, actions[{i,action dedupe|trim_tool_output|compress_turn|drop,tokens_before,tokens_after}], kept (original indices)}',
   outputSchema: Output,
   examples: [
     {
@@ -236,10 +254,14 @@ export async function compressConversation(original: Message[], budget: number, 
   const messages = kept.map((i) => msgs[i]!);
   const tokensAfter = conversationTokens(messages);
   if (tokensAfter > budget) {
-    throw new AppError('invalid_input', `budget_tokens ${budget} is below the ${tokensAfter} tokens that the system message(s) and the last user message need verbatim`, {
-      issues: [{ path: ['budget_tokens'], message: `at least ${tokensAfter} tokens are needed` }],
-      minimum_budget: tokensAfter,
-    });
+    throw new AppError(
+      'invalid_input',
+      `budget_tokens ${budget} is below the ${tokensAfter} tokens that the system message(s) and the last user message need verbatim`,
+      {
+        issues: [{ path: ['budget_tokens'], message: `at least ${tokensAfter} tokens are needed` }],
+        minimum_budget: tokensAfter,
+      },
+    );
   }
   await ctx.progress({ stage: 'done', done: 5, total: 5 });
   actions.sort((a, b) => a.i - b.i);

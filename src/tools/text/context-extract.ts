@@ -18,16 +18,24 @@ export type Kind = (typeof KINDS)[number];
 /** The cue-phrase table (README documents it). */
 export const CUES: Record<Kind, RegExp> = {
   open_question: /\?\s*$|\b(?:open question|unclear|not sure|TBD|to be decided|unresolved|unknown whether)\b/i,
-  decision: /\b(?:we (?:decided|agreed|chose|picked|settled on|went with)|(?:I|we) (?:will|'ll|’ll) go with|decided (?:to|on|that)|decision:|let(?:'s|’s| us) go with|going with|(?:we|I) (?:will|'ll|’ll) use|agreed (?:to|on|that)|the plan is|approved)\b/i,
+  decision:
+    /\b(?:we (?:decided|agreed|chose|picked|settled on|went with)|(?:I|we) (?:will|'ll|’ll) go with|decided (?:to|on|that)|decision:|let(?:'s|’s| us) go with|going with|(?:we|I) (?:will|'ll|’ll) use|agreed (?:to|on|that)|the plan is|approved)\b/i,
   todo: /^\s*(?:[-*]\s*(?:\[ \]\s*)?)?(?:todo|to-do|action items?|next steps?)\b|\b(?:TODO|FIXME|need to|needs to|have to|remember to|don't forget to|follow[ -]up|still need|next,? (?:I|we) (?:will|'ll|should))\b/i,
-  constraint: /\b(?:must(?: not)?|mustn't|never|always|no more than|no later than|at most|at least|is required|are required|requirement|deadline|limited to|only (?:use|allow)|not allowed|forbidden|budget of)\b/i,
-  artifact: /^```|\bhttps?:\/\/\S+|(?:^|[\s(`'"])[\w.-]*\/?[\w-]+\.(?:ts|tsx|js|mjs|py|md|json|ya?ml|sql|go|rs|java|html|css|csv|txt|sh|toml|ipynb|pdf|png)\b|\b(?:PR|pull request|issue) #\d+|\bcommit [0-9a-f]{7,40}\b|\b(?:created|wrote|saved|generated|committed|uploaded|published) (?:the |a |an )?[\w./-]+/i,
+  constraint:
+    /\b(?:must(?: not)?|mustn't|never|always|no more than|no later than|at most|at least|is required|are required|requirement|deadline|limited to|only (?:use|allow)|not allowed|forbidden|budget of)\b/i,
+  artifact:
+    /^```|\bhttps?:\/\/\S+|(?:^|[\s(`'"])[\w.-]*\/?[\w-]+\.(?:ts|tsx|js|mjs|py|md|json|ya?ml|sql|go|rs|java|html|css|csv|txt|sh|toml|ipynb|pdf|png)\b|\b(?:PR|pull request|issue) #\d+|\bcommit [0-9a-f]{7,40}\b|\b(?:created|wrote|saved|generated|committed|uploaded|published) (?:the |a |an )?[\w./-]+/i,
 };
 
 const Input = z
   .object({
     ...conversationFields,
-    kinds: z.array(z.enum(KINDS)).min(1).max(KINDS.length).optional().describe('Only these kinds (default all: open_question, decision, todo, constraint, artifact)'),
+    kinds: z
+      .array(z.enum(KINDS))
+      .min(1)
+      .max(KINDS.length)
+      .optional()
+      .describe('Only these kinds (default all: open_question, decision, todo, constraint, artifact)'),
     max_items: z.number().int().min(1).max(5000).default(500).describe('At most this many items, first in the conversation first (default 500)'),
   })
   .superRefine(refineConversation);
@@ -43,7 +51,13 @@ const Item = z.object({
 });
 const Output = z.object({
   items: z.array(Item),
-  counts: z.object({ open_question: z.number().int(), decision: z.number().int(), todo: z.number().int(), constraint: z.number().int(), artifact: z.number().int() }),
+  counts: z.object({
+    open_question: z.number().int(),
+    decision: z.number().int(),
+    todo: z.number().int(),
+    constraint: z.number().int(),
+    artifact: z.number().int(),
+  }),
   truncated: z.boolean(),
 });
 export type ExtractItem = z.infer<typeof Item>;

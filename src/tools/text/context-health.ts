@@ -1,8 +1,6 @@
 import { z } from 'zod';
 import { defineTool } from '../types.js';
-import {
-  checkSignal, conversationFields, conversationOf, messageTokens, refineConversation, ROLES, toolNameOf, type Message,
-} from './conversation.js';
+import { checkSignal, conversationFields, conversationOf, messageTokens, refineConversation, ROLES, toolNameOf, type Message } from './conversation.js';
 
 /**
  * context_health: where a conversation's tokens go and what to do about it. Counts are o200k_base
@@ -53,10 +51,15 @@ export const contextHealth = defineTool({
   input: Input,
   qField: 'transcript',
   qParse: 'text',
-  output: '{tokens{total,by_role,largest[{i,role,tokens}]}, window, fill_ratio, messages, duplicates[{i,duplicate_of,tokens}], stale_tool_outputs[{i,tool,tokens,reason}], reclaimable_tokens, status ok|watch|compress|handoff, recommended[]}',
+  output:
+    '{tokens{total,by_role,largest[{i,role,tokens}]}, window, fill_ratio, messages, duplicates[{i,duplicate_of,tokens}], stale_tool_outputs[{i,tool,tokens,reason}], reclaimable_tokens, status ok|watch|compress|handoff, recommended[]}',
   outputSchema: Output,
   examples: [
-    { transcript: 'system: You are a helpful assistant.\nuser: Summarise the report.\nassistant: The report says revenue grew 12% in Q3.\nuser: Summarise the report.', window: 8000 },
+    {
+      transcript:
+        'system: You are a helpful assistant.\nuser: Summarise the report.\nassistant: The report says revenue grew 12% in Q3.\nuser: Summarise the report.',
+      window: 8000,
+    },
     {
       messages: [
         { role: 'system', content: 'You answer questions about the weather.' },
@@ -116,7 +119,8 @@ export function analyseHealth(messages: Message[], window: number, signal: Abort
     if (m.role !== 'tool') return;
     const key = m.tool_call_id !== undefined ? callKey.get(m.tool_call_id) : undefined;
     if (key !== undefined && lastAnswer.get(key)! > i) stale.push({ i, tool: toolNameOf(messages, i), tokens: counts[i]!, reason: 'superseded' });
-    else if (counts[i]! >= STALE_MIN_TOKENS && userAfter[i]! >= STALE_AFTER_TURNS) stale.push({ i, tool: toolNameOf(messages, i), tokens: counts[i]!, reason: 'old' });
+    else if (counts[i]! >= STALE_MIN_TOKENS && userAfter[i]! >= STALE_AFTER_TURNS)
+      stale.push({ i, tool: toolNameOf(messages, i), tokens: counts[i]!, reason: 'old' });
   });
 
   const reclaimable_tokens = duplicates.reduce((a, d) => a + d.tokens, 0) + stale.reduce((a, s) => a + s.tokens, 0);
@@ -160,7 +164,12 @@ export function bigConversation(): Message[] {
   while (out.length < 1000) {
     const k = out.length;
     if (k % 4 === 1) out.push({ role: 'user', content: `Question ${i}: what happened with release ${i}? ${para}`.slice(0, 390) });
-    else if (k % 4 === 2) out.push({ role: 'assistant', content: null, tool_calls: [{ id: `call_${i}`, type: 'function', function: { name: 'logs', arguments: `{"release":${i}}` } }] });
+    else if (k % 4 === 2)
+      out.push({
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: `call_${i}`, type: 'function', function: { name: 'logs', arguments: `{"release":${i}}` } }],
+      });
     else if (k % 4 === 3) out.push({ role: 'tool', tool_call_id: `call_${i}`, content: `${para}${para}${para}`.slice(0, 380) });
     else {
       out.push({ role: 'assistant', content: `Release ${i}: ${para}`.slice(0, 380) });

@@ -40,7 +40,8 @@ type FindingT = z.infer<typeof Finding>;
 
 export const conversationDiagnostic = defineTool({
   name: 'conversation_diagnostic',
-  description: 'Failure patterns in a conversation: retry storms, loops, tool errors, unanswered questions, format drift, refusals, language switches, souring sentiment.',
+  description:
+    'Failure patterns in a conversation: retry storms, loops, tool errors, unanswered questions, format drift, refusals, language switches, souring sentiment.',
   tier: 'enterprise',
   priceCents: 0,
   family: 'text',
@@ -89,7 +90,13 @@ export function diagnose(messages: Message[], signal: AbortSignal) {
     }
   });
   for (const g of groups.values()) {
-    if (g.indices.length >= 3) add('retry_storm', g.indices.length >= 5 ? 'high' : 'medium', g.indices, `${g.name}(${g.args.slice(0, 120)}) called ${g.indices.length} times in one turn`);
+    if (g.indices.length >= 3)
+      add(
+        'retry_storm',
+        g.indices.length >= 5 ? 'high' : 'medium',
+        g.indices,
+        `${g.name}(${g.args.slice(0, 120)}) called ${g.indices.length} times in one turn`,
+      );
   }
   checkSignal(signal);
 
@@ -109,7 +116,8 @@ export function diagnose(messages: Message[], signal: AbortSignal) {
     }
     replies.push({ i, norm, shingles });
   });
-  for (const [root, idx] of loopOf) add('loop', idx.length >= 3 ? 'high' : 'medium', idx, `assistant repeats message ${root}: "${messages[root]!.content!.slice(0, 80)}"`);
+  for (const [root, idx] of loopOf)
+    add('loop', idx.length >= 3 ? 'high' : 'medium', idx, `assistant repeats message ${root}: "${messages[root]!.content!.slice(0, 80)}"`);
   checkSignal(signal);
 
   // tool_error
@@ -117,7 +125,12 @@ export function diagnose(messages: Message[], signal: AbortSignal) {
   const errors = toolMsgs.filter(([m]) => isToolError(m.content ?? '')).map(([, i]) => i);
   if (errors.length) {
     const ratio = errors.length / toolMsgs.length;
-    add('tool_error', ratio >= 0.5 && errors.length >= 2 ? 'high' : 'medium', errors, `${errors.length} of ${toolMsgs.length} tool outputs are errors, first: "${(messages[errors[0]!]!.content ?? '').trim().slice(0, 80)}"`);
+    add(
+      'tool_error',
+      ratio >= 0.5 && errors.length >= 2 ? 'high' : 'medium',
+      errors,
+      `${errors.length} of ${toolMsgs.length} tool outputs are errors, first: "${(messages[errors[0]!]!.content ?? '').trim().slice(0, 80)}"`,
+    );
   }
 
   // unanswered_question
@@ -133,19 +146,24 @@ export function diagnose(messages: Message[], signal: AbortSignal) {
       }
     }
   });
-  if (unanswered.length) add('unanswered_question', 'medium', unanswered, `${unanswered.length} user question(s) got no assistant reply before the next user message`);
+  if (unanswered.length)
+    add('unanswered_question', 'medium', unanswered, `${unanswered.length} user question(s) got no assistant reply before the next user message`);
 
   // format_drift
   const texts = messages.map((m, i) => [m, i] as const).filter(([m]) => m.role === 'assistant' && (m.content ?? '').trim());
   const wantsJson = messages.some((m) => m.role === 'system' && /\bjson\b/i.test(m.content ?? ''));
   if (wantsJson) {
     const bad = texts.filter(([m]) => formatOf(m.content!) !== 'json').map(([, i]) => i);
-    if (bad.length) add('format_drift', bad.length >= 2 ? 'medium' : 'low', bad, `the system prompt asks for JSON; ${bad.length} of ${texts.length} replies are not JSON`);
+    if (bad.length)
+      add('format_drift', bad.length >= 2 ? 'medium' : 'low', bad, `the system prompt asks for JSON; ${bad.length} of ${texts.length} replies are not JSON`);
   } else if (texts.length >= 4) {
     const first = texts.slice(0, 3).map(([m]) => formatOf(m.content!));
     const base = first.filter((f) => f === first[0]).length >= 2 ? first[0] : first[1] === first[2] ? first[1] : null;
     if (base) {
-      const off = texts.slice(3).filter(([m]) => formatOf(m.content!) !== base).map(([, i]) => i);
+      const off = texts
+        .slice(3)
+        .filter(([m]) => formatOf(m.content!) !== base)
+        .map(([, i]) => i);
       if (off.length >= 2) add('format_drift', 'low', off, `replies began as ${base}; ${off.length} later replies are not`);
     }
   }
@@ -182,7 +200,10 @@ export function diagnose(messages: Message[], signal: AbortSignal) {
     const early = mean(scores.slice(0, half));
     const late = mean(scores.slice(half));
     if (late <= -1 && late - early <= -2) {
-      const idx = users.slice(half).filter((_, k) => scores[half + k]! < 0).map(([, i]) => i);
+      const idx = users
+        .slice(half)
+        .filter((_, k) => scores[half + k]! < 0)
+        .map(([, i]) => i);
       add('souring_sentiment', late <= -3 ? 'high' : 'medium', idx, `user sentiment fell from ${round(early)} to ${round(late)} (AFINN, mean per message)`);
     }
   }
@@ -191,7 +212,8 @@ export function diagnose(messages: Message[], signal: AbortSignal) {
   return { findings, score, messages: messages.length, checks: [...CHECKS] };
 }
 
-const REFUSAL = /\b(I can(?:not|'t|’t) (?:help|assist|do|provide|comply|fulfil|fulfill|support)|I(?:'m|’m| am) (?:unable|not able) to|I won(?:'t|’t) (?:help|do|provide)|I will not (?:help|do|provide)|as an AI\b|I(?:'m|’m) sorry, but I can)/i;
+const REFUSAL =
+  /\b(I can(?:not|'t|’t) (?:help|assist|do|provide|comply|fulfil|fulfill|support)|I(?:'m|’m| am) (?:unable|not able) to|I won(?:'t|’t) (?:help|do|provide)|I will not (?:help|do|provide)|as an AI\b|I(?:'m|’m) sorry, but I can)/i;
 
 function isToolError(text: string): boolean {
   const head = text.slice(0, 500);
@@ -214,7 +236,10 @@ function canonicalArgs(args: string): string {
 function stable(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(stable).join(',')}]`;
   if (v && typeof v === 'object') {
-    return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${stable((v as Record<string, unknown>)[k])}`).join(',')}}`;
+    return `{${Object.keys(v)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${stable((v as Record<string, unknown>)[k])}`)
+      .join(',')}}`;
   }
   return JSON.stringify(v) ?? 'null';
 }
@@ -235,7 +260,10 @@ function jaccard(a: Set<string>, b: Set<string>): number {
 }
 
 function formatOf(text: string): 'json' | 'markdown' | 'plain' {
-  const t = text.trim().replace(/^```(?:json)?\s*\n?/i, '').replace(/\n?```\s*$/, '');
+  const t = text
+    .trim()
+    .replace(/^```(?:json)?\s*\n?/i, '')
+    .replace(/\n?```\s*$/, '');
   if (/^[[{]/.test(t)) {
     try {
       JSON.parse(t);

@@ -20,10 +20,12 @@ export type Role = (typeof ROLES)[number];
 const ToolCallSchema = z.object({
   id: z.string().min(1).max(200).describe('The call id a tool message answers with tool_call_id'),
   type: z.literal('function').default('function').describe('Always "function"'),
-  function: z.object({
-    name: z.string().min(1).max(200).describe('The function called'),
-    arguments: z.string().max(MAX_TEXT_CHARS).default('').describe('Its arguments, a JSON string as the model wrote it'),
-  }).describe('The function and its arguments'),
+  function: z
+    .object({
+      name: z.string().min(1).max(200).describe('The function called'),
+      arguments: z.string().max(MAX_TEXT_CHARS).default('').describe('Its arguments, a JSON string as the model wrote it'),
+    })
+    .describe('The function and its arguments'),
 });
 
 export const MessageSchema = z.object({
@@ -58,7 +60,9 @@ export const conversationFields = {
     .min(1)
     .max(MAX_MESSAGES)
     .optional()
-    .describe(`The conversation in the OpenAI chat format (at most ${MAX_MESSAGES} messages, ${MAX_TEXT_CHARS.toLocaleString('en')} characters in all); give this or transcript`),
+    .describe(
+      `The conversation in the OpenAI chat format (at most ${MAX_MESSAGES} messages, ${MAX_TEXT_CHARS.toLocaleString('en')} characters in all); give this or transcript`,
+    ),
   transcript: z
     .string()
     .min(1)
@@ -88,7 +92,14 @@ export function refineConversation(value: ConversationInput, ctx: z.RefinementCt
 }
 
 const ROLE_ALIASES: Record<string, Role> = {
-  system: 'system', user: 'user', human: 'user', assistant: 'assistant', ai: 'assistant', bot: 'assistant', tool: 'tool', function: 'tool',
+  system: 'system',
+  user: 'user',
+  human: 'user',
+  assistant: 'assistant',
+  ai: 'assistant',
+  bot: 'assistant',
+  tool: 'tool',
+  function: 'tool',
 };
 const ROLE_LINE = /^\s*(system|user|human|assistant|ai|bot|tool|function)\s*:\s?/i;
 
@@ -117,7 +128,9 @@ export function parseTranscript(transcript: string): Message[] {
   flush();
   if (!out.length) throw new AppError('invalid_input', 'The transcript holds no messages', { issues: [{ path: ['transcript'], message: 'no messages' }] });
   if (out.length > MAX_MESSAGES) {
-    throw new AppError('invalid_input', `The transcript holds ${out.length} messages; at most ${MAX_MESSAGES} are allowed`, { issues: [{ path: ['transcript'], message: 'too many messages' }] });
+    throw new AppError('invalid_input', `The transcript holds ${out.length} messages; at most ${MAX_MESSAGES} are allowed`, {
+      issues: [{ path: ['transcript'], message: 'too many messages' }],
+    });
   }
   return out;
 }
@@ -128,7 +141,8 @@ export function conversationOf(input: ConversationInput): Message[] {
     return input.messages.map((m) => {
       const msg: Message = { role: m.role, content: m.content ?? null };
       if (m.name !== undefined) msg.name = m.name;
-      if (m.tool_calls?.length) msg.tool_calls = m.tool_calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.function.name, arguments: c.function.arguments ?? '' } }));
+      if (m.tool_calls?.length)
+        msg.tool_calls = m.tool_calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.function.name, arguments: c.function.arguments ?? '' } }));
       if (m.tool_call_id !== undefined) msg.tool_call_id = m.tool_call_id;
       return msg;
     });
@@ -249,7 +263,9 @@ export function words(text: string): string[] {
 }
 
 export const STOPWORDS = new Set(
-  'a an the and or but if then else of to in on at by for with from as is are was were be been being it its this that these those there here i you he she we they me him her us them my your our their not no do does did done have has had having will would can could should may might must shall so than too very just also into over under about after before between through during without within up down out off again further once all any both each few more most other some such only own same what which who whom whose when where why how'.split(' '),
+  'a an the and or but if then else of to in on at by for with from as is are was were be been being it its this that these those there here i you he she we they me him her us them my your our their not no do does did done have has had having will would can could should may might must shall so than too very just also into over under about after before between through during without within up down out off again further once all any both each few more most other some such only own same what which who whom whose when where why how'.split(
+    ' ',
+  ),
 );
 
 /** Content words with a crude suffix stem (plural s, -ed, -ing), for recall and BM25. */

@@ -35,7 +35,14 @@ export interface Source {
 export const VERDICTS = ['supported', 'partial', 'unsupported', 'conflict'] as const;
 export type Verdict = (typeof VERDICTS)[number];
 
-export const Evidence = z.object({ source: z.string(), source_index: z.number().int(), quote: z.string(), start: z.number().int(), end: z.number().int(), score: z.number() });
+export const Evidence = z.object({
+  source: z.string(),
+  source_index: z.number().int(),
+  quote: z.string(),
+  start: z.number().int(),
+  end: z.number().int(),
+  score: z.number(),
+});
 export const NumberMismatch = z.object({ claim_value: z.string(), source_values: z.array(z.string()), source: z.string() });
 export const ClaimResult = z.object({
   claim: z.string(),
@@ -53,10 +60,14 @@ export function normaliseSources(sources: SourceIn[]): Source[] {
 
 /** The claims of a text: its sentences (offsets not needed), at most MAX_CLAIMS. */
 export function claimsOf(text: string, field: string): string[] {
-  const out = sentences(text).map((s) => text.slice(s.start, s.end)).filter((c) => /[\p{L}\p{N}]/u.test(c));
+  const out = sentences(text)
+    .map((s) => text.slice(s.start, s.end))
+    .filter((c) => /[\p{L}\p{N}]/u.test(c));
   if (!out.length) throw new AppError('invalid_input', `${field} holds no claims`, { issues: [{ path: [field], message: 'no sentences' }] });
   if (out.length > MAX_CLAIMS) {
-    throw new AppError('invalid_input', `${field} holds ${out.length} sentences (claims); at most ${MAX_CLAIMS} are checked per call`, { issues: [{ path: [field], message: 'too many claims' }] });
+    throw new AppError('invalid_input', `${field} holds ${out.length} sentences (claims); at most ${MAX_CLAIMS} are checked per call`, {
+      issues: [{ path: [field], message: 'too many claims' }],
+    });
   }
   return out.map((c) => (c.length > MAX_CLAIM_CHARS ? c.slice(0, MAX_CLAIM_CHARS) : c));
 }
@@ -182,7 +193,23 @@ export function numbersOf(text: string): string[] {
   return out;
 }
 
-const NEGATION = new Set(['not', 'no', 'never', 'none', 'neither', 'nor', 'without', 'cannot', 'false', 'nobody', 'nothing', 'lacks', 'lack', 'failed', 'fails']);
+const NEGATION = new Set([
+  'not',
+  'no',
+  'never',
+  'none',
+  'neither',
+  'nor',
+  'without',
+  'cannot',
+  'false',
+  'nobody',
+  'nothing',
+  'lacks',
+  'lack',
+  'failed',
+  'fails',
+]);
 
 export function negated(text: string): boolean {
   return words(text).some((w) => NEGATION.has(w) || /n['’]t$/.test(w));

@@ -25,14 +25,24 @@ const STORED_SOURCES_BYTES = 200_000;
 const Input = z
   .object({
     draft: z.string().min(1).max(MAX_DRAFT_CHARS).describe('The draft (or its revision); each sentence is a claim (at most 50)'),
-    sources: z.array(SourceSchema).min(1).max(MAX_SOURCES).optional().describe('Sources (strings or {id, text}): required to start; later rounds reuse the loop\'s own unless given'),
-    loop_id: z.string().regex(/^cvi_[0-9a-f]{20}$/).optional().describe('The loop to continue (from the first round\'s answer); omit to start a loop'),
+    sources: z
+      .array(SourceSchema)
+      .min(1)
+      .max(MAX_SOURCES)
+      .optional()
+      .describe("Sources (strings or {id, text}): required to start; later rounds reuse the loop's own unless given"),
+    loop_id: z
+      .string()
+      .regex(/^cvi_[0-9a-f]{20}$/)
+      .optional()
+      .describe("The loop to continue (from the first round's answer); omit to start a loop"),
     max_rounds: z.number().int().min(1).max(10).default(5).describe('Rounds before the loop is exhausted (1-10, default 5; set when the loop starts)'),
   })
   .superRefine((v, ctx) => {
     if (!v.loop_id && !v.sources) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['sources'], message: 'sources are required to start a loop' });
     const chars = (v.sources ?? []).reduce((a, s) => a + (typeof s === 'string' ? s.length : s.text.length), 0);
-    if (chars > MAX_SOURCE_CHARS) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['sources'], message: `sources hold ${chars} characters; at most ${MAX_SOURCE_CHARS} are allowed` });
+    if (chars > MAX_SOURCE_CHARS)
+      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['sources'], message: `sources hold ${chars} characters; at most ${MAX_SOURCE_CHARS} are allowed` });
   });
 
 const STATUSES = ['pass', 'revise', 'stalled', 'exhausted'] as const;
@@ -60,14 +70,16 @@ interface LoopState {
 
 export const cviLoop = defineTool({
   name: 'cvi_loop',
-  description: 'Claim–Verify–Iterate rounds over a draft\'s revisions: each round checks every claim against the sources and says pass, revise, stalled or exhausted (state kept 24 h).',
+  description:
+    "Claim–Verify–Iterate rounds over a draft's revisions: each round checks every claim against the sources and says pass, revise, stalled or exhausted (state kept 24 h).",
   tier: 'pro',
   priceCents: 0,
   family: 'text',
   input: Input,
   qField: 'draft',
   qParse: 'text',
-  output: '{loop_id, round, max_rounds, status pass|revise|stalled|exhausted, failing[cvi_verify results], fixed_since_last[claims failing last round that no longer fail], claims, supported}',
+  output:
+    '{loop_id, round, max_rounds, status pass|revise|stalled|exhausted, failing[cvi_verify results], fixed_since_last[claims failing last round that no longer fail], claims, supported}',
   outputSchema: Output,
   examples: [
     {
@@ -79,8 +91,14 @@ export const cviLoop = defineTool({
   limits: { timeMs: 15_000, memoryMb: 512 },
   largestInput: () => {
     const para = 'In 2023 the company reported revenue of 4,200,000 dollars, 340 employees and offices in 12 European countries. ';
-    const sources = Array.from({ length: MAX_SOURCES }, (_, i) => ({ id: `s${i}`, text: para.repeat(Math.floor(MAX_SOURCE_CHARS / MAX_SOURCES / para.length)) }));
-    const draft = Array.from({ length: 50 }, (_, i) => `The company reported revenue of ${i},200,000 dollars and ${300 + i} employees in ${i} European countries in 2023.`).join(' ');
+    const sources = Array.from({ length: MAX_SOURCES }, (_, i) => ({
+      id: `s${i}`,
+      text: para.repeat(Math.floor(MAX_SOURCE_CHARS / MAX_SOURCES / para.length)),
+    }));
+    const draft = Array.from(
+      { length: 50 },
+      (_, i) => `The company reported revenue of ${i},200,000 dollars and ${300 + i} employees in ${i} European countries in 2023.`,
+    ).join(' ');
     return { draft, sources, max_rounds: 10 };
   },
   handler: async (input, ctx) => {
@@ -94,14 +112,22 @@ export const cviLoop = defineTool({
       state = await store.get<LoopState>(`loop:${loopId}`);
       if (!state) throw new AppError('not_found', `No loop ${loopId} for this account (loops last 24 h after their last round)`);
       if (state.status === 'pass' || state.status === 'exhausted') {
-        throw new AppError('invalid_input', `Loop ${loopId} is finished (${state.status} at round ${state.round}); start a new loop`, { issues: [{ path: ['loop_id'], message: state.status }] });
+        throw new AppError('invalid_input', `Loop ${loopId} is finished (${state.status} at round ${state.round}); start a new loop`, {
+          issues: [{ path: ['loop_id'], message: state.status }],
+        });
       }
       if (input.sources) sources = normaliseSources(input.sources);
       else if (state.sources) sources = state.sources;
-      else throw new AppError('invalid_input', 'This loop\'s sources were too large to keep: send sources with each round', { issues: [{ path: ['sources'], message: 'required' }] });
+      else
+        throw new AppError('invalid_input', "This loop's sources were too large to keep: send sources with each round", {
+          issues: [{ path: ['sources'], message: 'required' }],
+        });
     } else {
       sources = normaliseSources(input.sources!);
-      loopId = `cvi_${createHash('sha256').update(JSON.stringify([input.draft, sources, input.max_rounds])).digest('hex').slice(0, 20)}`;
+      loopId = `cvi_${createHash('sha256')
+        .update(JSON.stringify([input.draft, sources, input.max_rounds]))
+        .digest('hex')
+        .slice(0, 20)}`;
     }
     const round = (state?.round ?? 0) + 1;
     const maxRounds = state?.max_rounds ?? input.max_rounds;
@@ -111,7 +137,19 @@ export const cviLoop = defineTool({
     const status: LoopState['status'] = !out.failing.length ? 'pass' : same ? 'stalled' : round >= maxRounds ? 'exhausted' : 'revise';
     const sourcesHash = createHash('sha256').update(JSON.stringify(sources)).digest('hex');
     const keep = Buffer.byteLength(JSON.stringify(sources)) <= STORED_SOURCES_BYTES;
-    await store.set(`loop:${loopId}`, { round, max_rounds: maxRounds, failing_keys: out.failing_keys, failing_claims: out.failing.map((r) => r.claim), status, sources: keep ? sources : null, sources_hash: sourcesHash } satisfies LoopState, TTL_SECONDS);
+    await store.set(
+      `loop:${loopId}`,
+      {
+        round,
+        max_rounds: maxRounds,
+        failing_keys: out.failing_keys,
+        failing_claims: out.failing.map((r) => r.claim),
+        status,
+        sources: keep ? sources : null,
+        sources_hash: sourcesHash,
+      } satisfies LoopState,
+      TTL_SECONDS,
+    );
     await ctx.progress({ stage: 'verifying', done: 1, total: 1 });
     return {
       loop_id: loopId,

@@ -3,7 +3,17 @@ import { AppError } from '../../errors.js';
 import { defineTool, type ToolContext } from '../types.js';
 import { runTask } from '../tasks.js';
 import {
-  ClaimResult, claimsOf, MAX_CLAIM_CHARS, MAX_CLAIMS, MAX_SOURCES, MAX_TEXT_CHARS, normaliseSources, SourceSchema, summarise, verifyAll, type Source,
+  ClaimResult,
+  claimsOf,
+  MAX_CLAIM_CHARS,
+  MAX_CLAIMS,
+  MAX_SOURCES,
+  MAX_TEXT_CHARS,
+  normaliseSources,
+  SourceSchema,
+  summarise,
+  verifyAll,
+  type Source,
 } from './cvi-core.js';
 
 /**
@@ -19,11 +29,28 @@ const MAX_URLS = 5;
 
 const Input = z
   .object({
-    text: z.string().min(1).max(MAX_TEXT_CHARS).optional().describe('The claims as prose (one claim per sentence); without sources, claims then sources separated by lines of ---'),
-    claims: z.array(z.string().min(1).max(MAX_CLAIM_CHARS)).min(1).max(MAX_CLAIMS).optional().describe(`The claims, one per item (at most ${MAX_CLAIMS}); instead of text`),
+    text: z
+      .string()
+      .min(1)
+      .max(MAX_TEXT_CHARS)
+      .optional()
+      .describe('The claims as prose (one claim per sentence); without sources, claims then sources separated by lines of ---'),
+    claims: z
+      .array(z.string().min(1).max(MAX_CLAIM_CHARS))
+      .min(1)
+      .max(MAX_CLAIMS)
+      .optional()
+      .describe(`The claims, one per item (at most ${MAX_CLAIMS}); instead of text`),
     sources: z.array(SourceSchema).min(1).max(MAX_SOURCES).optional().describe(`The sources to check against (at most ${MAX_SOURCES}): strings or {id, text}`),
     urls: z
-      .array(z.string().trim().url().max(2048).refine((u) => /^https?:\/\//i.test(u), 'only http and https URLs'))
+      .array(
+        z
+          .string()
+          .trim()
+          .url()
+          .max(2048)
+          .refine((u) => /^https?:\/\//i.test(u), 'only http and https URLs'),
+      )
       .min(1)
       .max(MAX_URLS)
       .optional()
@@ -31,12 +58,18 @@ const Input = z
   })
   .superRefine((v, ctx) => {
     if (!!v.text === !!v.claims) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['text'], message: 'Give either text or claims (exactly one)' });
-    if (v.claims && !v.sources && !v.urls) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['sources'], message: 'sources or urls are required with claims' });
+    if (v.claims && !v.sources && !v.urls)
+      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['sources'], message: 'sources or urls are required with claims' });
     if ((v.sources?.length ?? 0) + (v.urls?.length ?? 0) > MAX_SOURCES) {
       ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['urls'], message: `at most ${MAX_SOURCES} sources and urls in all` });
     }
     const chars = (v.text?.length ?? 0) + (v.sources ?? []).reduce((a, s) => a + (typeof s === 'string' ? s.length : s.text.length), 0);
-    if (chars > MAX_TEXT_CHARS) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['sources'], message: `text and sources hold ${chars} characters; at most ${MAX_TEXT_CHARS} are allowed` });
+    if (chars > MAX_TEXT_CHARS)
+      ctx.addIssue({
+        code: z.ZodIssueCode.custom,
+        path: ['sources'],
+        message: `text and sources hold ${chars} characters; at most ${MAX_TEXT_CHARS} are allowed`,
+      });
   });
 
 const Output = z.object({
@@ -47,14 +80,16 @@ const Output = z.object({
 
 export const cviVerify = defineTool({
   name: 'cvi_verify',
-  description: 'Claim–Verify–Iterate step one: each claim checked against sources (BM25 evidence, term recall, exact numbers, negation): supported, partial, unsupported or conflict.',
+  description:
+    'Claim–Verify–Iterate step one: each claim checked against sources (BM25 evidence, term recall, exact numbers, negation): supported, partial, unsupported or conflict.',
   tier: 'pro',
   priceCents: 0,
   family: 'text',
   input: Input,
   qField: 'text',
   qParse: 'text',
-  output: '{results[{claim, verdict supported|partial|unsupported|conflict, recall, evidence[{source,source_index,quote,start,end,score}], number_mismatches[{claim_value,source_values,source}], negation_mismatch}], summary, sources}',
+  output:
+    '{results[{claim, verdict supported|partial|unsupported|conflict, recall, evidence[{source,source_index,quote,start,end,score}], number_mismatches[{claim_value,source_values,source}], negation_mismatch}], summary, sources}',
   outputSchema: Output,
   examples: [
     {
@@ -68,8 +103,14 @@ export const cviVerify = defineTool({
   prepare: readUrls,
   largestInput: () => {
     const para = 'In 2023 the company reported revenue of 4,200,000 dollars, 340 employees and offices in 12 European countries. ';
-    const sources = Array.from({ length: MAX_SOURCES }, (_, i) => ({ id: `s${i}`, text: para.repeat(Math.floor((MAX_TEXT_CHARS - 10_000) / MAX_SOURCES / para.length)) }));
-    const claims = Array.from({ length: MAX_CLAIMS }, (_, i) => `The company reported revenue of ${i},200,000 dollars and ${300 + i} employees in ${i} European countries in 2023.`);
+    const sources = Array.from({ length: MAX_SOURCES }, (_, i) => ({
+      id: `s${i}`,
+      text: para.repeat(Math.floor((MAX_TEXT_CHARS - 10_000) / MAX_SOURCES / para.length)),
+    }));
+    const claims = Array.from(
+      { length: MAX_CLAIMS },
+      (_, i) => `The company reported revenue of ${i},200,000 dollars and ${300 + i} employees in ${i} European countries in 2023.`,
+    );
     return { claims, sources };
   },
   handler: async (input, ctx) => {
@@ -81,9 +122,14 @@ export const cviVerify = defineTool({
     } else {
       const parts = input.text!.split(/^\s*---+\s*$/m).map((p) => p.trim());
       if (parts.length < 2 || !parts.slice(1).some(Boolean)) {
-        throw new AppError('invalid_input', 'No sources: give sources, or put them in text after a line of ---', { issues: [{ path: ['sources'], message: 'required' }] });
+        throw new AppError('invalid_input', 'No sources: give sources, or put them in text after a line of ---', {
+          issues: [{ path: ['sources'], message: 'required' }],
+        });
       }
-      if (parts.length - 1 > MAX_SOURCES) throw new AppError('invalid_input', `text holds ${parts.length - 1} sources; at most ${MAX_SOURCES} are allowed`, { issues: [{ path: ['text'], message: 'too many sources' }] });
+      if (parts.length - 1 > MAX_SOURCES)
+        throw new AppError('invalid_input', `text holds ${parts.length - 1} sources; at most ${MAX_SOURCES} are allowed`, {
+          issues: [{ path: ['text'], message: 'too many sources' }],
+        });
       claims = claimsOf(parts[0]!, 'text');
       sources = normaliseSources(parts.slice(1).filter(Boolean));
     }
@@ -93,10 +139,9 @@ export const cviVerify = defineTool({
 });
 
 /** Reads `urls` through the guarded client; each page's readable text becomes a source named by its URL. */
-async function readUrls<I extends { text?: string | undefined; claims?: string[] | undefined; sources?: z.infer<typeof SourceSchema>[] | undefined; urls?: string[] | undefined }>(
-  input: I,
-  ctx: ToolContext,
-): Promise<I> {
+async function readUrls<
+  I extends { text?: string | undefined; claims?: string[] | undefined; sources?: z.infer<typeof SourceSchema>[] | undefined; urls?: string[] | undefined },
+>(input: I, ctx: ToolContext): Promise<I> {
   if (!input.urls?.length) return input;
   const http = ctx.http;
   if (!http) throw new AppError('tool_unavailable', 'cvi_verify cannot read urls here');
@@ -107,7 +152,8 @@ async function readUrls<I extends { text?: string | undefined; claims?: string[]
   for (const [i, url] of input.urls.entries()) {
     await ctx.progress({ stage: 'fetching', done: i, total: input.urls.length, unit: 'urls' });
     const res = await http.fetch(url, { maxBytes: 2_000_000 });
-    if (res.status >= 400) throw new AppError('fetch_failed', `cvi_verify could not read ${url}: it answered ${res.status}`, { reason: 'http_status', status: res.status });
+    if (res.status >= 400)
+      throw new AppError('fetch_failed', `cvi_verify could not read ${url}: it answered ${res.status}`, { reason: 'http_status', status: res.status });
     const mime = res.content_type ?? '';
     const text =
       mime === 'text/html' || mime === 'application/xhtml+xml' || (!mime && /^\s*</.test(res.text().slice(0, 100)))

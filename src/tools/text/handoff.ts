@@ -22,8 +22,17 @@ const Input = z
   .object({
     ...conversationFields,
     budget_tokens: z.number().int().min(200).max(8000).default(1500).describe('The most tokens the brief may take (200-8,000, default 1,500; o200k_base)'),
-    store: z.boolean().default(false).describe('Also keep brief_markdown as a passport of your account (passport_store get, passport_send), and return its handle'),
-    store_ttl_s: z.number().int().min(60).max(30 * 86400).optional().describe('Lifetime of that passport in seconds (60 s to 30 days, default 1 day)'),
+    store: z
+      .boolean()
+      .default(false)
+      .describe('Also keep brief_markdown as a passport of your account (passport_store get, passport_send), and return its handle'),
+    store_ttl_s: z
+      .number()
+      .int()
+      .min(60)
+      .max(30 * 86400)
+      .optional()
+      .describe('Lifetime of that passport in seconds (60 s to 30 days, default 1 day)'),
   })
   .superRefine(refineConversation);
 
@@ -50,7 +59,8 @@ export const handoff = defineTool({
   input: Input,
   qField: 'transcript',
   qParse: 'text',
-  output: '{brief_markdown, brief{goal,state,decisions,todos,open_questions,constraints,last_turns[{i,role,text}]}, tokens, budget_tokens, passport?{handle,bytes,sha256,expires_at}}',
+  output:
+    '{brief_markdown, brief{goal,state,decisions,todos,open_questions,constraints,last_turns[{i,role,text}]}, tokens, budget_tokens, passport?{handle,bytes,sha256,expires_at}}',
   outputSchema: Output,
   examples: [
     {
@@ -65,7 +75,10 @@ export const handoff = defineTool({
   handler: async (input, ctx) => makeHandoff(conversationOf(input), input.budget_tokens, ctx.signal),
   finish: async (result, input, ctx) => {
     if (!input.store) return result;
-    if (!ctx.passports) throw new AppError('invalid_input', 'store keeps the brief as a passport of an account: call with an API key', { issues: [{ path: ['store'], message: 'needs an account' }] });
+    if (!ctx.passports)
+      throw new AppError('invalid_input', 'store keeps the brief as a passport of an account: call with an API key', {
+        issues: [{ path: ['store'], message: 'needs an account' }],
+      });
     const p = await ctx.passports.put({ content: result.brief_markdown, label: 'handoff', ...(input.store_ttl_s ? { ttl_s: input.store_ttl_s } : {}) });
     return { ...result, passport: { handle: p.handle, bytes: p.bytes, sha256: p.sha256, expires_at: p.expires_at } };
   },
@@ -74,7 +87,10 @@ export const handoff = defineTool({
 export function makeHandoff(messages: Message[], budget: number, signal: AbortSignal) {
   const { items } = extractItems(messages, ['decision', 'todo', 'open_question', 'constraint'], 100_000, signal);
   const recent = (kind: ExtractItem['kind']) =>
-    items.filter((it) => it.kind === kind).slice(-LIST_CAP).map((it) => truncateTokens(it.text.replace(/\s+/g, ' '), ITEM_TOKENS));
+    items
+      .filter((it) => it.kind === kind)
+      .slice(-LIST_CAP)
+      .map((it) => truncateTokens(it.text.replace(/\s+/g, ' '), ITEM_TOKENS));
   const firstUser = messages.find((m) => m.role === 'user' && (m.content ?? '').trim());
   const lastAssistant = [...messages].reverse().find((m) => m.role === 'assistant' && (m.content ?? '').trim());
   let goalTokens = Math.floor(budget / 5);

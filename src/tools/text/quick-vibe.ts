@@ -49,10 +49,79 @@ const Output = z.object({
   language: z.string(),
 });
 
-const INTENSIFIERS = new Set(['very', 'really', 'so', 'totally', 'absolutely', 'extremely', 'incredibly', 'super', 'truly', 'completely', 'utterly', 'seriously', 'insanely', 'literally', 'definitely']);
+const INTENSIFIERS = new Set([
+  'very',
+  'really',
+  'so',
+  'totally',
+  'absolutely',
+  'extremely',
+  'incredibly',
+  'super',
+  'truly',
+  'completely',
+  'utterly',
+  'seriously',
+  'insanely',
+  'literally',
+  'definitely',
+]);
 const PRONOUNS_12 = new Set(['i', 'me', 'my', 'mine', 'we', 'us', 'our', 'you', 'your', 'yours', "i'm", "you're", "we're", "i've", "you've"]);
-const SLANG = new Set(['lol', 'lmao', 'omg', 'btw', 'gonna', 'wanna', 'gotta', 'yeah', 'yep', 'nope', 'hey', 'hi', 'cool', 'awesome', 'ok', 'okay', 'kinda', 'sorta', 'dude', 'guys', 'stuff', 'thx', 'thanks', 'pls', 'tbh', 'imo', 'haha', 'wow', 'yay', 'ugh', 'meh']);
-const FORMAL = new Set(['therefore', 'however', 'furthermore', 'moreover', 'regarding', 'pursuant', 'hereby', 'accordingly', 'consequently', 'nevertheless', 'sincerely', 'respectfully', 'whereas', 'thus', 'hence', 'notwithstanding', 'herein', 'aforementioned', 'kindly', 'regards']);
+const SLANG = new Set([
+  'lol',
+  'lmao',
+  'omg',
+  'btw',
+  'gonna',
+  'wanna',
+  'gotta',
+  'yeah',
+  'yep',
+  'nope',
+  'hey',
+  'hi',
+  'cool',
+  'awesome',
+  'ok',
+  'okay',
+  'kinda',
+  'sorta',
+  'dude',
+  'guys',
+  'stuff',
+  'thx',
+  'thanks',
+  'pls',
+  'tbh',
+  'imo',
+  'haha',
+  'wow',
+  'yay',
+  'ugh',
+  'meh',
+]);
+const FORMAL = new Set([
+  'therefore',
+  'however',
+  'furthermore',
+  'moreover',
+  'regarding',
+  'pursuant',
+  'hereby',
+  'accordingly',
+  'consequently',
+  'nevertheless',
+  'sincerely',
+  'respectfully',
+  'whereas',
+  'thus',
+  'hence',
+  'notwithstanding',
+  'herein',
+  'aforementioned',
+  'kindly',
+  'regards',
+]);
 const EMOJI = /\p{Extended_Pictographic}/gu;
 
 let analyzer: Sentiment | undefined;
@@ -72,7 +141,7 @@ export const quickVibe = defineTool({
   examples: [
     { text: 'I love this!' },
     { text: 'Pursuant to our agreement, the invoice is therefore due within thirty days. Kindly confirm receipt.' },
-    { text: "ugh, the build broke AGAIN and nobody knows why. this is terrible." },
+    { text: 'ugh, the build broke AGAIN and nobody knows why. this is terrible.' },
   ],
   isolated: import.meta.url,
   limits: { timeMs: 5_000, memoryMb: 256 },

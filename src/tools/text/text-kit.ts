@@ -10,7 +10,10 @@ import { z } from 'zod';
 export const MAX_TEXT_CHARS = 400_000;
 
 export const ENCODINGS = ['o200k_base', 'cl100k_base'] as const;
-export const EncodingField = z.enum(ENCODINGS).default('o200k_base').describe('Tokenizer the budget is counted in: o200k_base (GPT-4o and later) or cl100k_base (GPT-4, GPT-3.5)');
+export const EncodingField = z
+  .enum(ENCODINGS)
+  .default('o200k_base')
+  .describe('Tokenizer the budget is counted in: o200k_base (GPT-4o and later) or cl100k_base (GPT-4, GPT-3.5)');
 
 export interface Span {
   start: number;
@@ -19,8 +22,51 @@ export interface Span {
 
 /** Abbreviations after which a full stop does not end a sentence (lower case, without the dot). */
 const ABBREVIATIONS = new Set([
-  'mr', 'mrs', 'ms', 'dr', 'prof', 'sr', 'jr', 'st', 'mt', 'vs', 'etc', 'e.g', 'i.e', 'cf', 'fig', 'no', 'vol', 'approx', 'inc', 'ltd', 'co', 'corp',
-  'jan', 'feb', 'mar', 'apr', 'jun', 'jul', 'aug', 'sep', 'sept', 'oct', 'nov', 'dec', 'a.m', 'p.m', 'u.s', 'u.k', 'al', 'gen', 'col', 'lt', 'sgt', 'rev', 'ph.d',
+  'mr',
+  'mrs',
+  'ms',
+  'dr',
+  'prof',
+  'sr',
+  'jr',
+  'st',
+  'mt',
+  'vs',
+  'etc',
+  'e.g',
+  'i.e',
+  'cf',
+  'fig',
+  'no',
+  'vol',
+  'approx',
+  'inc',
+  'ltd',
+  'co',
+  'corp',
+  'jan',
+  'feb',
+  'mar',
+  'apr',
+  'jun',
+  'jul',
+  'aug',
+  'sep',
+  'sept',
+  'oct',
+  'nov',
+  'dec',
+  'a.m',
+  'p.m',
+  'u.s',
+  'u.k',
+  'al',
+  'gen',
+  'col',
+  'lt',
+  'sgt',
+  'rev',
+  'ph.d',
 ]);
 
 /**

@@ -16,7 +16,6 @@ export function encoder(encoding: ExactEncoding = 'o200k_base'): Tiktoken {
   return e;
 }
 
-
 /**
  * Exact token counts for text group A, equal to js-tiktoken's `encode(text, [], []).length`, with two
  * fixes for caller text (tokens.ts's countTokens calls `encode(text)`):

@@ -28,7 +28,9 @@ export interface QueriesOutput {
 }
 
 function contentWords(s: string): string[] {
-  return (s.toLowerCase().match(/[\p{L}\p{N}][\p{L}\p{N}'-]*/gu) ?? []).map((w) => w.replace(/['-]+$/, '')).filter((w) => w.length > 1 && !STOPWORDS.has(w) && !/^\d+$/.test(w));
+  return (s.toLowerCase().match(/[\p{L}\p{N}][\p{L}\p{N}'-]*/gu) ?? [])
+    .map((w) => w.replace(/['-]+$/, ''))
+    .filter((w) => w.length > 1 && !STOPWORDS.has(w) && !/^\d+$/.test(w));
 }
 
 /** Noun phrases in order of first appearance, determiners and punctuation trimmed, duplicates dropped. */

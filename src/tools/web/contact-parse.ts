@@ -57,7 +57,8 @@ const AT = / ?(?:\[ ?at ?\]|\( ?at ?\)|\{ ?at ?\}) ?| at (?=[a-z0-9-]{1,63} ?(?:
 const DOT = / ?(?:\[ ?dot ?\]|\( ?dot ?\)|\{ ?dot ?\}) ?/gi;
 
 /** Pages worth reading for contact points, by their URL path or link text. */
-export const CANDIDATE = /contact|kontakt|contacto|contatti|about|ueber-uns|uber-uns|über-uns|impressum|imprint|legal|mentions-legales|team|company|support|get-in-touch/i;
+export const CANDIDATE =
+  /contact|kontakt|contacto|contatti|about|ueber-uns|uber-uns|über-uns|impressum|imprint|legal|mentions-legales|team|company|support|get-in-touch/i;
 
 const NETWORKS: Array<[RegExp, string]> = [
   [/^(?:www\.|mobile\.)?(?:twitter|x)\.com$/, 'x'],
@@ -100,7 +101,11 @@ export function emailsInText(text: string): string[] {
 export function cleanEmail(raw: string): string | null {
   // An address has at most 254 characters: longer input is not one (and never reaches a regex).
   if (raw.length > 300) return null;
-  const e = raw.trim().replace(/^mailto:/i, '').replace(/[.,;:]+$/, '').toLowerCase();
+  const e = raw
+    .trim()
+    .replace(/^mailto:/i, '')
+    .replace(/[.,;:]+$/, '')
+    .toLowerCase();
   if (!/^[a-z0-9][a-z0-9._%+-]{0,63}@(?:[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?\.){1,8}[a-z]{2,24}$/.test(e)) return null;
   const tld = e.slice(e.lastIndexOf('.') + 1);
   if (NOT_TLD.has(tld)) return null;
@@ -201,7 +206,10 @@ function walkJsonLd(blocks: unknown[], found: { addresses: PostalAddress[]; emai
 export function contactPageTask(input: ContactPageInput): ContactPageOutput {
   const body = Buffer.from(input.body.buffer, input.body.byteOffset, input.body.byteLength);
   const capAt = htmlCapOffset(body, input.headerCharset);
-  const $ = loadBuffer(capAt === null ? body : body.subarray(0, capAt), input.headerCharset ? { encoding: { transportLayerEncodingLabel: input.headerCharset } } : {});
+  const $ = loadBuffer(
+    capAt === null ? body : body.subarray(0, capAt),
+    input.headerCharset ? { encoding: { transportLayerEncodingLabel: input.headerCharset } } : {},
+  );
   const base = input.baseUrl;
   const emails: string[] = [];
   const phones: string[] = [];

@@ -31,14 +31,32 @@ const Input = z.object({
     .union([z.number().int().min(100).max(599), z.array(z.number().int().min(100).max(599)).min(1).max(20)])
     .optional()
     .describe('Status code(s) the final response must have (default: any 2xx or 3xx)'),
-  expect_text: z.string().min(1).max(1000).optional().describe('Text the body must contain (a plain substring, case-sensitive; never a regex). The first 1 MiB is searched.'),
+  expect_text: z
+    .string()
+    .min(1)
+    .max(1000)
+    .optional()
+    .describe('Text the body must contain (a plain substring, case-sensitive; never a regex). The first 1 MiB is searched.'),
   expect_headers: z
-    .record(z.string().min(1).max(100).regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, 'a header name'), z.string().max(1000))
+    .record(
+      z
+        .string()
+        .min(1)
+        .max(100)
+        .regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, 'a header name'),
+      z.string().max(1000),
+    )
     .refine((h) => Object.keys(h).length <= 20, 'at most 20 headers')
     .optional()
     .describe('Headers the response must carry: name -> substring its value must contain (case-insensitive; "" only requires the header)'),
   max_ms: z.number().int().min(1).max(120_000).optional().describe('The whole request (redirects included) must finish within this many milliseconds'),
-  min_tls_days: z.number().int().min(0).max(3650).optional().describe('The certificate must stay valid at least this many more days (the URL must end on https)'),
+  min_tls_days: z
+    .number()
+    .int()
+    .min(0)
+    .max(3650)
+    .optional()
+    .describe('The certificate must stay valid at least this many more days (the URL must end on https)'),
   follow_redirects: z.boolean().default(true).describe('Follow up to 5 redirects, each vetted again (default true)'),
   attempts: z.number().int().min(1).max(10).default(1).describe('Try up to this many times until every check passes (1-10)'),
   interval_ms: z.number().int().min(0).max(30_000).default(2000).describe('Wait between attempts (default 2000 ms)'),
@@ -74,7 +92,9 @@ export const DeployVerifyOutput = z.object({
   checks: z.array(Check),
   /** Why the answer could not be followed (too many redirects, a redirect to an invalid or non-HTTP URL). */
   error: z.object({ reason: z.string(), message: z.string() }).nullable(),
-  attempts: z.array(z.object({ attempt: z.number().int(), ok: z.boolean(), status: z.number().int().nullable(), total_ms: z.number(), error: z.string().nullable() })),
+  attempts: z.array(
+    z.object({ attempt: z.number().int(), ok: z.boolean(), status: z.number().int().nullable(), total_ms: z.number(), error: z.string().nullable() }),
+  ),
 });
 export type DeployVerifyOutput = z.infer<typeof DeployVerifyOutput>;
 
@@ -111,7 +131,14 @@ export const deployVerify = defineTool({
   input: Input,
   examples: [
     { url: 'https://example.com/' },
-    { url: 'https://example.com/', expect_status: 200, expect_text: 'Example Domain', expect_headers: { 'content-type': 'text/html' }, max_ms: 5000, min_tls_days: 7 },
+    {
+      url: 'https://example.com/',
+      expect_status: 200,
+      expect_text: 'Example Domain',
+      expect_headers: { 'content-type': 'text/html' },
+      max_ms: 5000,
+      min_tls_days: 7,
+    },
     { url: 'https://example.com/', attempts: 3, interval_ms: 1000 },
   ],
   output:
@@ -127,7 +154,20 @@ export const deployVerify = defineTool({
       const ok = r.error === null && checks.every((c) => c.pass);
       history.push({ attempt, ok, status: r.status, total_ms: ms(r.total), error: r.error?.message ?? null });
       last = { r, checks, ok };
-      await ctx.progress({ stage: 'checking', done: attempt, total: input.attempts, unit: 'attempts', message: ok ? 'all checks pass' : r.error ? r.error.message : `${checks.filter((c) => !c.pass).map((c) => c.name).join(', ')} failed` });
+      await ctx.progress({
+        stage: 'checking',
+        done: attempt,
+        total: input.attempts,
+        unit: 'attempts',
+        message: ok
+          ? 'all checks pass'
+          : r.error
+            ? r.error.message
+            : `${checks
+                .filter((c) => !c.pass)
+                .map((c) => c.name)
+                .join(', ')} failed`,
+      });
       if (ok) break;
     }
     const { r, checks, ok } = last!;
@@ -167,16 +207,28 @@ export function evaluate(input: Pick<Input, 'expect_status' | 'expect_text' | 'e
     checks.push({ name: 'status', pass, detail: `got ${r.status ?? 'no response'}, expected ${statuses ? statuses.join(' or ') : '2xx or 3xx'}` });
   }
   if (r.final_url?.startsWith('https:') && r.tls) {
-    checks.push({ name: 'tls_trusted', pass: r.tls.authorized, detail: r.tls.authorized ? 'the certificate chain verifies and matches the host' : `untrusted: ${r.tls.error ?? 'unverified'}` });
+    checks.push({
+      name: 'tls_trusted',
+      pass: r.tls.authorized,
+      detail: r.tls.authorized ? 'the certificate chain verifies and matches the host' : `untrusted: ${r.tls.error ?? 'unverified'}`,
+    });
   }
   if (input.expect_text !== undefined) {
     const pass = r.body !== null && r.body.includes(input.expect_text);
-    checks.push({ name: 'expect_text', pass, detail: pass ? 'the body contains the text' : r.body === null ? 'no body was read' : 'the text is not in the first 1 MiB of the body' });
+    checks.push({
+      name: 'expect_text',
+      pass,
+      detail: pass ? 'the body contains the text' : r.body === null ? 'no body was read' : 'the text is not in the first 1 MiB of the body',
+    });
   }
   for (const [name, want] of Object.entries(input.expect_headers ?? {})) {
     const got = r.headers?.[name.toLowerCase()];
     const pass = got !== undefined && got.toLowerCase().includes(want.toLowerCase());
-    checks.push({ name: `expect_headers:${name.toLowerCase()}`, pass, detail: got === undefined ? 'missing' : pass ? `present: ${clip(got)}` : `is ${clip(got)}, expected it to contain ${clip(want)}` });
+    checks.push({
+      name: `expect_headers:${name.toLowerCase()}`,
+      pass,
+      detail: got === undefined ? 'missing' : pass ? `present: ${clip(got)}` : `is ${clip(got)}, expected it to contain ${clip(want)}`,
+    });
   }
   if (input.max_ms !== undefined) {
     const pass = r.error === null && r.total <= input.max_ms;
@@ -185,7 +237,11 @@ export function evaluate(input: Pick<Input, 'expect_status' | 'expect_text' | 'e
   if (input.min_tls_days !== undefined) {
     const days = r.tls?.days_left ?? null;
     const pass = days !== null && days >= input.min_tls_days;
-    checks.push({ name: 'min_tls_days', pass, detail: days === null ? 'no TLS certificate (the final URL is not https)' : `${days} days left, at least ${input.min_tls_days} required` });
+    checks.push({
+      name: 'min_tls_days',
+      pass,
+      detail: days === null ? 'no TLS certificate (the final URL is not https)' : `${days} days left, at least ${input.min_tls_days} required`,
+    });
   }
   return checks;
 }
@@ -271,7 +327,11 @@ async function runAttempt(input: Input, ctx: ToolContext): Promise<AttemptResult
       if (input.follow_redirects && REDIRECT_STATUSES.has(res.statusCode) && location) {
         discard(res.body);
         if (redirects.length >= MAX_REDIRECTS) {
-          return result({ status: res.statusCode, headers, error: { reason: 'too_many_redirects', message: `stopped after ${MAX_REDIRECTS} redirects (last from ${current.href})` } });
+          return result({
+            status: res.statusCode,
+            headers,
+            error: { reason: 'too_many_redirects', message: `stopped after ${MAX_REDIRECTS} redirects (last from ${current.href})` },
+          });
         }
         let next: URL;
         try {
@@ -295,9 +355,17 @@ async function runAttempt(input: Input, ctx: ToolContext): Promise<AttemptResult
       return result({ status: res.statusCode, headers, body: decodeText(read.body, charset) });
     } catch (e) {
       if (e instanceof AppError && e.code === 'invalid_input') throw e;
-      const explained = explainFetchError(e, { tool: TOOL, failCode: 'fetch_failed', outer: ctx.signal, deadline, host: current.host, timeoutMs: input.timeout_ms });
+      const explained = explainFetchError(e, {
+        tool: TOOL,
+        failCode: 'fetch_failed',
+        outer: ctx.signal,
+        deadline,
+        host: current.host,
+        timeoutMs: input.timeout_ms,
+      });
       if (explained instanceof AppError && explained.code === 'timeout') throw explained;
-      if (explained instanceof AppError) return result({ error: { reason: String(explained.details['reason'] ?? 'fetch_failed'), message: explained.message } });
+      if (explained instanceof AppError)
+        return result({ error: { reason: String(explained.details['reason'] ?? 'fetch_failed'), message: explained.message } });
       throw explained;
     } finally {
       release?.();

@@ -88,9 +88,17 @@ export const discoveryCollision = defineTool({
     "{queries, phrases, searched, collisions: [{rank, url, title, snippet, score, shared_terms, query, page_read}], collision_risk: 'none'|'low'|'medium'|'high', novelty, pages_unread: [{url, reason}], caveat}",
   outputSchema: DiscoveryCollisionOutput,
   limits: { timeMs: 10_000, memoryMb: 256 },
-  largestInput: () => ({ idea: 'A collaborative tool for mapping supply chain emissions across suppliers and products. '.repeat(46).slice(0, 4000), queries: 5, results_per_query: 20, read_pages: 5 }),
+  largestInput: () => ({
+    idea: 'A collaborative tool for mapping supply chain emissions across suppliers and products. '.repeat(46).slice(0, 4000),
+    queries: 5,
+    results_per_query: 20,
+    read_pages: 5,
+  }),
   handler: async (input, ctx): Promise<DiscoveryCollisionOutput> => {
-    if (!ctx.search) throw new AppError('tool_unavailable', `${TOOL} needs a search upstream (SEARCH_BASE_URL), which is not configured here. Nothing was charged.`, { needs: ['search'] });
+    if (!ctx.search)
+      throw new AppError('tool_unavailable', `${TOOL} needs a search upstream (SEARCH_BASE_URL), which is not configured here. Nothing was charged.`, {
+        needs: ['search'],
+      });
     const steps = input.queries + 2 + input.read_pages;
     let done = 0;
     const step = (stage: string, message?: string) => ctx.progress({ stage, done: ++done, total: steps, unit: 'steps', ...(message ? { message } : {}) });
@@ -119,7 +127,10 @@ export const discoveryCollision = defineTool({
       const outcomes = await Promise.all(
         hits.slice(0, input.read_pages).map(async (h): Promise<{ text: string } | { reason: string }> => {
           try {
-            const res = await http.fetch(h.url, { maxBytes: PAGE_MAX_BYTES, skipBody: (mime) => mime !== null && mime !== 'application/xhtml+xml' && !mime.startsWith('text/') });
+            const res = await http.fetch(h.url, {
+              maxBytes: PAGE_MAX_BYTES,
+              skipBody: (mime) => mime !== null && mime !== 'application/xhtml+xml' && !mime.startsWith('text/'),
+            });
             if (res.status >= 400) return { reason: `answered ${res.status}` };
             if (res.content_type === 'text/html' || res.content_type === 'application/xhtml+xml' || res.content_type === null) {
               const page = await runTask(ctx, 'extract_html', { body: res.body, baseUrl: res.final_url, headerCharset: res.charset });

@@ -73,7 +73,7 @@ const DomainCheckOutput = z.object({
     AAAA: names,
     MX: z.array(z.object({ exchange: z.string(), priority: z.number().int().min(0) })).describe('Lowest priority (most preferred) first'),
     NS: names,
-    TXT: names.describe("One string per record, its character-strings joined"),
+    TXT: names.describe('One string per record, its character-strings joined'),
   }),
   errors: z
     .object({ A: z.string(), AAAA: z.string(), MX: z.string(), NS: z.string(), TXT: z.string() })
@@ -135,13 +135,7 @@ export const domainCheck = defineTool({
     records.MX.sort((a, b) => a.priority - b.priority || a.exchange.localeCompare(b.exchange));
 
     const found = RECORD_TYPES.some((t) => records[t].length > 0);
-    const status: DomainStatus = found
-      ? 'ok'
-      : outcomes.some((o) => o.code === 'ENOTFOUND')
-        ? 'nxdomain'
-        : Object.keys(errors).length
-          ? 'error'
-          : 'no_records';
+    const status: DomainStatus = found ? 'ok' : outcomes.some((o) => o.code === 'ENOTFOUND') ? 'nxdomain' : Object.keys(errors).length ? 'error' : 'no_records';
     return { domain, resolves: records.A.length + records.AAAA.length > 0, status, records, errors };
   },
 });

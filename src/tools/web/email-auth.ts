@@ -113,7 +113,13 @@ export function parseDmarc(txt: string[]): Dmarc | null {
     warnings.push(policy ? `unknown policy p=${policy}` : 'no p= tag: the record is invalid');
     valid = false;
   } else if (policy === 'none') warnings.push('p=none only monitors: spoofed mail is still delivered');
-  const uris = (v: string | undefined) => (v ? v.split(',').map((s) => s.trim()).filter(Boolean) : []);
+  const uris = (v: string | undefined) =>
+    v
+      ? v
+          .split(',')
+          .map((s) => s.trim())
+          .filter(Boolean)
+      : [];
   const pctRaw = tags['pct'];
   const pct = pctRaw !== undefined && /^\d{1,3}$/.test(pctRaw) ? Number(pctRaw) : null;
   if (pct !== null && pct < 100) warnings.push(`pct=${pct}: the policy applies to only ${pct}% of failing mail`);

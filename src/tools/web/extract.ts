@@ -24,9 +24,46 @@ interface DomNode {
 }
 
 const BLOCK_TAGS = new Set([
-  'address', 'article', 'aside', 'blockquote', 'body', 'dd', 'details', 'dialog', 'div', 'dl', 'dt', 'fieldset',
-  'figcaption', 'figure', 'form', 'h1', 'h2', 'h3', 'h4', 'h5', 'h6', 'header', 'hr', 'li', 'main', 'ol', 'p',
-  'pre', 'section', 'summary', 'table', 'tbody', 'td', 'tfoot', 'th', 'thead', 'tr', 'ul', 'caption', 'option',
+  'address',
+  'article',
+  'aside',
+  'blockquote',
+  'body',
+  'dd',
+  'details',
+  'dialog',
+  'div',
+  'dl',
+  'dt',
+  'fieldset',
+  'figcaption',
+  'figure',
+  'form',
+  'h1',
+  'h2',
+  'h3',
+  'h4',
+  'h5',
+  'h6',
+  'header',
+  'hr',
+  'li',
+  'main',
+  'ol',
+  'p',
+  'pre',
+  'section',
+  'summary',
+  'table',
+  'tbody',
+  'td',
+  'tfoot',
+  'th',
+  'thead',
+  'tr',
+  'ul',
+  'caption',
+  'option',
 ]);
 
 /** Never readable content, or page chrome around it. */
@@ -132,12 +169,13 @@ export function extractHtml(body: Buffer, baseUrl: string, headerCharset: string
   const metadata = readMetadata($, baseUrl);
   const links_count = $('a[href]').filter((_, el) => !/^\s*(#|javascript:)/i.test($(el).attr('href') ?? '')).length;
   const title = collapse($('title').first().text()) || metadata['og:title'] || collapse($('h1').first().text()) || null;
-  const description =
-    $('meta[name=description i]').attr('content')?.trim() || metadata['og:description'] || metadata['twitter:description'] || null;
+  const description = $('meta[name=description i]').attr('content')?.trim() || metadata['og:description'] || metadata['twitter:description'] || null;
 
   $(CHROME).remove();
   // A site header outside the article is navigation; an article's own header holds its headline.
-  $('header').filter((_, el) => $(el).closest('main, article, [role=main]').length === 0).remove();
+  $('header')
+    .filter((_, el) => $(el).closest('main, article, [role=main]').length === 0)
+    .remove();
   const main = $('main, [role=main]').first();
   const articles = $('article');
   const bodyEl = $('body');

@@ -116,7 +116,8 @@ async function readOne(
   fields: Record<string, FieldSpec>,
   scrapeBytes: number,
 ): Promise<ItemResult> {
-  if (mode === 'scrape') return { kind: 'scrape', ...(await scrapePage(ctx, robots, url, fields, { textMax: ITEM_TEXT_CHARS, linksMax: ITEM_LINKS, maxResultBytes: scrapeBytes })) };
+  if (mode === 'scrape')
+    return { kind: 'scrape', ...(await scrapePage(ctx, robots, url, fields, { textMax: ITEM_TEXT_CHARS, linksMax: ITEM_LINKS, maxResultBytes: scrapeBytes })) };
   const res = await fetchPage(ctx, robots, url, { requireHtml: mode === 'meta' });
   if (mode === 'meta') {
     const m = await runTask(ctx, 'page_meta', { body: res.body, baseUrl: res.final_url, headerCharset: res.charset });

@@ -103,14 +103,22 @@ async function crawl(input: z.output<typeof Input>, ctx: ToolContext): Promise<C
       res = await fetchPage(ctx, robots, url, { requireHtml: first });
     } catch (e) {
       if (first || ctx.signal.aborted) throw e;
-      pages.push({ url, status: e instanceof AppError && typeof e.details['status'] === 'number' ? (e.details['status'] as number) : null, error: itemError(e) });
+      pages.push({
+        url,
+        status: e instanceof AppError && typeof e.details['status'] === 'number' ? (e.details['status'] as number) : null,
+        error: itemError(e),
+      });
       continue;
     }
     const source = res.final_url;
     // The site is where the first page landed (http → https, a www. host...).
     if (first) site = siteKey(new URL(source));
     if (!first && (!isHtml(res) || siteKey(new URL(source)) !== site)) {
-      pages.push({ url, status: res.status, error: { code: 'invalid_input', message: isHtml(res) ? 'redirected off the site; not read' : 'not an HTML page; not read' } });
+      pages.push({
+        url,
+        status: res.status,
+        error: { code: 'invalid_input', message: isHtml(res) ? 'redirected off the site; not read' : 'not an HTML page; not read' },
+      });
       continue;
     }
     if (read.has(source)) {

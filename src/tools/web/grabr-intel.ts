@@ -36,7 +36,9 @@ const Input = z.object({
     .trim()
     .min(1)
     .max(2048)
-    .describe('The domain to report on, e.g. "example.com". A URL ("https://example.com:8443/") also works: its host is the domain, and its scheme and port are where the web parts are read.')
+    .describe(
+      'The domain to report on, e.g. "example.com". A URL ("https://example.com:8443/") also works: its host is the domain, and its scheme and port are where the web parts are read.',
+    )
     .transform((raw, ctx) => {
       const hasScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(raw);
       let origin: string | null = null;
@@ -241,10 +243,14 @@ async function intel(input: Input, ctx: ToolContext): Promise<GrabrIntelOutput> 
         allow_rules: verdict.allow_rules,
       };
       if (!verdict.allowed[0]) {
-        throw new AppError('robots_disallowed', `${TOOL}: ${robotsUrl} disallows ${home} for ${ua}${status >= 500 ? ` (robots.txt answered ${status}, which counts as disallowing everything)` : ''}; nothing was fetched there`, {
-          url: home,
-          user_agent: ua,
-        });
+        throw new AppError(
+          'robots_disallowed',
+          `${TOOL}: ${robotsUrl} disallows ${home} for ${ua}${status >= 500 ? ` (robots.txt answered ${status}, which counts as disallowing everything)` : ''}; nothing was fetched there`,
+          {
+            url: home,
+            user_agent: ua,
+          },
+        );
       }
     }
   }
@@ -266,7 +272,10 @@ async function intel(input: Input, ctx: ToolContext): Promise<GrabrIntelOutput> 
       baseUrl: page.final_url,
       headerCharset: page.charset,
       headers: page.headers,
-      html: page.content_type === 'text/html' || page.content_type === 'application/xhtml+xml' || (page.content_type === null && /^\s*</.test(page.body.subarray(0, 256).toString('latin1'))),
+      html:
+        page.content_type === 'text/html' ||
+        page.content_type === 'application/xhtml+xml' ||
+        (page.content_type === null && /^\s*</.test(page.body.subarray(0, 256).toString('latin1'))),
     });
     tech = analysed.tech;
     seo = analysed.seo;
@@ -312,20 +321,33 @@ export function splitDomain(value: string): { domain: string; origin: string } {
 
 const PART_ORDER = Part.options;
 function sortParts(u: Unavailable): Unavailable {
-  return u.map((x, i) => [x, i] as const).sort((a, b) => PART_ORDER.indexOf(a[0].part) - PART_ORDER.indexOf(b[0].part) || a[1] - b[1]).map(([x]) => x);
+  return u
+    .map((x, i) => [x, i] as const)
+    .sort((a, b) => PART_ORDER.indexOf(a[0].part) - PART_ORDER.indexOf(b[0].part) || a[1] - b[1])
+    .map(([x]) => x);
 }
 
 /** Response headers as reported: values verbatim, except Set-Cookie, reduced to the cookies' names. */
 function reportedHeaders(headers: Record<string, string>): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(headers)) {
-    out[k] = k === 'set-cookie' ? v.split('\n').map((c) => c.split('=')[0]!.trim()).filter(Boolean).join(', ') : v;
+    out[k] =
+      k === 'set-cookie'
+        ? v
+            .split('\n')
+            .map((c) => c.split('=')[0]!.trim())
+            .filter(Boolean)
+            .join(', ')
+        : v;
   }
   return out;
 }
 
 async function lookUpDns(domain: string, ctx: ToolContext, resolver: ReturnType<typeof dnsOf>, unavailable: Unavailable): Promise<GrabrIntelOutput['dns']> {
-  const queries: Array<[RecordType | 'DMARC_TXT', RecordType, string]> = [...RECORD_TYPES.map((t) => [t, t, domain] as [RecordType, RecordType, string]), ['DMARC_TXT', 'TXT', `_dmarc.${domain}`]];
+  const queries: Array<[RecordType | 'DMARC_TXT', RecordType, string]> = [
+    ...RECORD_TYPES.map((t) => [t, t, domain] as [RecordType, RecordType, string]),
+    ['DMARC_TXT', 'TXT', `_dmarc.${domain}`],
+  ];
   const outcomes = await Promise.all(
     queries.map(async ([key, type, name]) => {
       try {
@@ -336,7 +358,8 @@ async function lookUpDns(domain: string, ctx: ToolContext, resolver: ReturnType<
     }),
   );
   if (ctx.signal.aborted) throw new AppError('timeout', `${TOOL} was cancelled while resolving ${domain}`);
-  if (outcomes.every((o) => o.code !== null && UNREACHABLE_CODES.has(o.code))) throw new AppError('tool_unavailable', 'DNS resolver unreachable', { reason: 'dns_unreachable' });
+  if (outcomes.every((o) => o.code !== null && UNREACHABLE_CODES.has(o.code)))
+    throw new AppError('tool_unavailable', 'DNS resolver unreachable', { reason: 'dns_unreachable' });
   const dns: GrabrIntelOutput['dns'] = { A: [], AAAA: [], MX: [], NS: [], TXT: [], DMARC_TXT: [] };
   const failed: string[] = [];
   for (const o of outcomes) {
@@ -349,7 +372,13 @@ async function lookUpDns(domain: string, ctx: ToolContext, resolver: ReturnType<
   return dns;
 }
 
-async function readTls(originUrl: URL, domain: string, ctx: ToolContext, resolver: ReturnType<typeof dnsOf>, unavailable: Unavailable): Promise<TlsInfo | null> {
+async function readTls(
+  originUrl: URL,
+  domain: string,
+  ctx: ToolContext,
+  resolver: ReturnType<typeof dnsOf>,
+  unavailable: Unavailable,
+): Promise<TlsInfo | null> {
   // The certificate is read where the site serves https: the origin's port when it is https, else 443.
   const target = new URL(originUrl.protocol === 'https:' ? originUrl.origin : `https://${originUrl.host.replace(/:\d+$/, '')}`);
   try {
@@ -375,7 +404,13 @@ const MAX_HOPS = 5;
  * before every hop (the shared robots module: a hop into a disallowed path is robots_disallowed and is
  * never requested). The first hop was allowed by the robots.txt read above.
  */
-async function readHome(originUrl: URL, ctx: ToolContext, http: ReturnType<typeof guardedHttpOf>, ua: string, unavailable: Unavailable): Promise<GuardedResponse | null> {
+async function readHome(
+  originUrl: URL,
+  ctx: ToolContext,
+  http: ReturnType<typeof guardedHttpOf>,
+  ua: string,
+  unavailable: Unavailable,
+): Promise<GuardedResponse | null> {
   const home = new URL('/', originUrl).href;
   const robots = createRobots(ctx, TOOL);
   const hops: GuardedResponse['redirects'] = [];
@@ -390,14 +425,16 @@ async function readHome(originUrl: URL, ctx: ToolContext, http: ReturnType<typeo
       });
       const location = res.headers['location'];
       if (!REDIRECTS.has(res.status) || !location) return { ...res, url: home, redirects: hops };
-      if (hops.length >= MAX_HOPS) throw new AppError('fetch_failed', `${TOOL} stopped after ${MAX_HOPS} redirects (last from ${current})`, { reason: 'too_many_redirects' });
+      if (hops.length >= MAX_HOPS)
+        throw new AppError('fetch_failed', `${TOOL} stopped after ${MAX_HOPS} redirects (last from ${current})`, { reason: 'too_many_redirects' });
       let next: URL;
       try {
         next = new URL(location, current);
       } catch {
         throw new AppError('fetch_failed', `${new URL(current).host} redirected to an invalid URL`, { reason: 'bad_redirect' });
       }
-      if (next.protocol !== 'http:' && next.protocol !== 'https:') throw new AppError('fetch_failed', `${new URL(current).host} redirected to a non-HTTP URL`, { reason: 'bad_redirect' });
+      if (next.protocol !== 'http:' && next.protocol !== 'https:')
+        throw new AppError('fetch_failed', `${new URL(current).host} redirected to a non-HTTP URL`, { reason: 'bad_redirect' });
       next.hash = '';
       next.username = '';
       next.password = '';
@@ -443,7 +480,14 @@ async function readRdap(domain: string, wanted: boolean, ctx: ToolContext, unava
     return parseRdap(JSON.parse(Buffer.concat(chunks).toString('utf8')));
   } catch (e) {
     if (ctx.signal.aborted) throw new AppError('timeout', `${TOOL} was cancelled while RDAP answered`);
-    unavailable.push({ part: 'rdap', reason: signal.aborted ? `no RDAP answer within ${RDAP_TIMEOUT_MS} ms` : e instanceof SyntaxError ? 'the RDAP answer was not JSON' : `RDAP unreachable (${errorCode(e) || (e as Error).message})` });
+    unavailable.push({
+      part: 'rdap',
+      reason: signal.aborted
+        ? `no RDAP answer within ${RDAP_TIMEOUT_MS} ms`
+        : e instanceof SyntaxError
+          ? 'the RDAP answer was not JSON'
+          : `RDAP unreachable (${errorCode(e) || (e as Error).message})`,
+    });
     return null;
   }
 }
@@ -473,6 +517,10 @@ export function parseRdap(body: unknown): Rdap {
     registered: event('registration'),
     expires: event('expiration'),
     last_changed: event('last changed'),
-    nameservers: ns.map((n) => str(n?.['ldhName'])).filter((n): n is string => !!n).map((n) => n.toLowerCase()).slice(0, 30),
+    nameservers: ns
+      .map((n) => str(n?.['ldhName']))
+      .filter((n): n is string => !!n)
+      .map((n) => n.toLowerCase())
+      .slice(0, 30),
   };
 }

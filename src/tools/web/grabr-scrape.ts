@@ -36,7 +36,8 @@ export const FieldSpecSchema = z
   .superRefine((spec, ctx) => {
     const selector = spec.selector.trim();
     if (!selector) return void ctx.addIssue({ code: 'custom', message: 'the selector is empty', path: ['selector'] });
-    if (selector.length > MAX_SELECTOR_CHARS) return void ctx.addIssue({ code: 'custom', message: `a selector has at most ${MAX_SELECTOR_CHARS} characters`, path: ['selector'] });
+    if (selector.length > MAX_SELECTOR_CHARS)
+      return void ctx.addIssue({ code: 'custom', message: `a selector has at most ${MAX_SELECTOR_CHARS} characters`, path: ['selector'] });
     const err = selectorError(selector);
     if (err) ctx.addIssue({ code: 'custom', message: `invalid CSS selector: ${err}`, path: ['selector'] });
   });
@@ -92,8 +93,7 @@ export async function scrapePage(
 
 export const grabrScrape = defineTool({
   name: TOOL,
-  description:
-    'Scrape one web page: CSS-selector fields, title/canonical/og metadata, JSON-LD, links and text. Honours robots.txt (403 robots_disallowed).',
+  description: 'Scrape one web page: CSS-selector fields, title/canonical/og metadata, JSON-LD, links and text. Honours robots.txt (403 robots_disallowed).',
   tier: 'enterprise',
   priceCents: 0,
   family: 'web',

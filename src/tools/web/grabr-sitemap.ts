@@ -39,12 +39,7 @@ const Input = z.object({
     .max(10_000_000)
     .default(0)
     .describe("Skip this many URLs of the flattened list first: pass the previous answer's next_offset to get the next page"),
-  path_prefix: z
-    .string()
-    .max(500)
-    .regex(/^\//, 'a path starting with "/"')
-    .optional()
-    .describe('Keep only URLs whose path starts with this, e.g. "/blog/"'),
+  path_prefix: z.string().max(500).regex(/^\//, 'a path starting with "/"').optional().describe('Keep only URLs whose path starts with this, e.g. "/blog/"'),
   since: z
     .string()
     .max(40)
@@ -233,7 +228,10 @@ async function flatten(input: z.output<typeof Input>, ctx: ToolContext): Promise
   if (!sources.some((s) => s.error === null)) {
     // Nothing could be read: the call fails (uncharged) with the most telling reason.
     const errors = sources.map((s) => failures.get(s)!);
-    throw errors.find((e) => e.code !== 'not_found') ?? new AppError('not_found', `no sitemap found for ${new URL(input.url).origin}`, { tried: sources.map((s) => s.url) });
+    throw (
+      errors.find((e) => e.code !== 'not_found') ??
+      new AppError('not_found', `no sitemap found for ${new URL(input.url).origin}`, { tried: sources.map((s) => s.url) })
+    );
   }
   return { sources, urls, total: skipped + urls.length + overflow, truncated, next_offset: paged && urls.length ? skipped + urls.length : null };
 }

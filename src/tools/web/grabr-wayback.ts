@@ -26,19 +26,22 @@ const CACHE_TTL_MS = 60 * 60 * 1000;
 const TIMESTAMP = /^\d{4,14}$/;
 
 // A plain object schema (MCP, OpenAPI and q read its shape); `from` after `to` is checked in the handler.
-const Input = z
-  .object({
-    url: httpUrlField('The page or site to look up, e.g. "https://example.com/pricing" or "example.com"'),
-    match: z
-      .enum(['exact', 'prefix', 'host', 'domain'])
-      .default('exact')
-      .describe('exact: this URL only; prefix: every URL under this path; host: the whole host; domain: the host and its subdomains'),
-    from: z.string().regex(TIMESTAMP, 'a timestamp prefix yyyy[MM[dd[hh[mm[ss]]]]]').optional().describe('Earliest capture, as a timestamp prefix such as "2019" or "20190601"'),
-    to: z.string().regex(TIMESTAMP, 'a timestamp prefix yyyy[MM[dd[hh[mm[ss]]]]]').optional().describe('Latest capture, as a timestamp prefix'),
-    limit: z.number().int().min(1).max(1000).default(100).describe('Captures to return, 1-1,000 (default 100)'),
-    order: z.enum(['newest', 'oldest']).default('newest').describe('Which end of the history the limit keeps (results are always listed oldest first)'),
-    snapshot: z.boolean().default(false).describe('Also read the text of the newest capture that answered 200'),
-  });
+const Input = z.object({
+  url: httpUrlField('The page or site to look up, e.g. "https://example.com/pricing" or "example.com"'),
+  match: z
+    .enum(['exact', 'prefix', 'host', 'domain'])
+    .default('exact')
+    .describe('exact: this URL only; prefix: every URL under this path; host: the whole host; domain: the host and its subdomains'),
+  from: z
+    .string()
+    .regex(TIMESTAMP, 'a timestamp prefix yyyy[MM[dd[hh[mm[ss]]]]]')
+    .optional()
+    .describe('Earliest capture, as a timestamp prefix such as "2019" or "20190601"'),
+  to: z.string().regex(TIMESTAMP, 'a timestamp prefix yyyy[MM[dd[hh[mm[ss]]]]]').optional().describe('Latest capture, as a timestamp prefix'),
+  limit: z.number().int().min(1).max(1000).default(100).describe('Captures to return, 1-1,000 (default 100)'),
+  order: z.enum(['newest', 'oldest']).default('newest').describe('Which end of the history the limit keeps (results are always listed oldest first)'),
+  snapshot: z.boolean().default(false).describe('Also read the text of the newest capture that answered 200'),
+});
 
 const Capture = z.object({
   timestamp: z.string(),
@@ -95,7 +98,8 @@ export function clearWaybackCache(): void {
 
 export const grabrWayback = defineTool({
   name: TOOL,
-  description: 'Internet Archive capture history of a URL, host or domain (timestamps, statuses, digests, archive links, distinct versions), optionally with the archived text of the newest capture.',
+  description:
+    'Internet Archive capture history of a URL, host or domain (timestamps, statuses, digests, archive links, distinct versions), optionally with the archived text of the newest capture.',
   tier: 'enterprise',
   priceCents: 0,
   family: 'web',
@@ -115,12 +119,17 @@ export const grabrWayback = defineTool({
   largestInput: () => ({ url: 'https://example.com/', match: 'domain' as const, limit: 1000, snapshot: true }),
   handler: async (input, ctx): Promise<GrabrWaybackOutput> => {
     const cdxUrl = ctx.config.WAYBACK_CDX_URL;
-    if (!cdxUrl) throw new AppError('tool_unavailable', 'grabr_wayback needs the Wayback CDX API (WAYBACK_CDX_URL), which is disabled here. Nothing was charged.', { needs: ['wayback'] });
+    if (!cdxUrl)
+      throw new AppError('tool_unavailable', 'grabr_wayback needs the Wayback CDX API (WAYBACK_CDX_URL), which is disabled here. Nothing was charged.', {
+        needs: ['wayback'],
+      });
     if (input.from && input.to && input.from.padEnd(14, '0') > input.to.padEnd(14, '9')) {
       throw new AppError('invalid_input', '`from` must not be after `to`', { issues: [{ path: ['from'], message: '`from` must not be after `to`' }] });
     }
     const base = ctx.config.WAYBACK_BASE_URL;
-    const key = createHash('sha256').update(JSON.stringify([cdxUrl, base, input])).digest('hex');
+    const key = createHash('sha256')
+      .update(JSON.stringify([cdxUrl, base, input]))
+      .digest('hex');
     const hit = cache.get(key);
     if (hit) {
       await ctx.progress({ stage: 'cached' });
@@ -189,7 +198,14 @@ export function parseCdxRows(body: unknown, archiveBase: string): Capture[] {
     throw new AppError('tool_unavailable', 'Wayback CDX upstream failed: the first row was not a header of column names');
   }
   const col = (name: string) => (header as string[]).indexOf(name);
-  const [ts, orig, status, mime, digest, length] = ['timestamp', 'original', 'statuscode', 'mimetype', 'digest', 'length'].map(col) as [number, number, number, number, number, number];
+  const [ts, orig, status, mime, digest, length] = ['timestamp', 'original', 'statuscode', 'mimetype', 'digest', 'length'].map(col) as [
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+  ];
   if (ts < 0 || orig < 0) throw new AppError('tool_unavailable', 'Wayback CDX upstream failed: the header names no timestamp or original column');
   const str = (row: unknown[], i: number) => (i >= 0 && typeof row[i] === 'string' && row[i] !== '-' && row[i] !== '' ? (row[i] as string) : null);
   const int = (row: unknown[], i: number) => {
@@ -214,13 +230,17 @@ export function parseCdxRows(body: unknown, archiveBase: string): Capture[] {
     });
   }
   // Oldest first, whatever order the server used; equal timestamps keep the server's order.
-  return out.map((c, i) => [c, i] as const).sort((a, b) => a[0].timestamp.localeCompare(b[0].timestamp) || a[1] - b[1]).map(([c]) => c);
+  return out
+    .map((c, i) => [c, i] as const)
+    .sort((a, b) => a[0].timestamp.localeCompare(b[0].timestamp) || a[1] - b[1])
+    .map(([c]) => c);
 }
 
 async function lookUp(input: WaybackInput, ctx: ToolContext, cdxUrl: string, base: string): Promise<Omit<GrabrWaybackOutput, 'cached'>> {
   await ctx.progress({ stage: 'querying', message: 'Wayback CDX' });
   const res = await upstream(cdxQuery(cdxUrl, input), CDX_MAX_BYTES, ctx.signal, 'Wayback CDX');
-  if (res.status === 404) throw new AppError('tool_unavailable', 'Wayback CDX upstream failed: answered 404 (is WAYBACK_CDX_URL the CDX endpoint?)', { upstream_status: 404 });
+  if (res.status === 404)
+    throw new AppError('tool_unavailable', 'Wayback CDX upstream failed: answered 404 (is WAYBACK_CDX_URL the CDX endpoint?)', { upstream_status: 404 });
   if (res.status < 200 || res.status >= 300) {
     throw new AppError('tool_unavailable', `Wayback CDX upstream failed: answered ${res.status}`, { upstream_status: res.status });
   }
@@ -262,7 +282,6 @@ async function lookUp(input: WaybackInput, ctx: ToolContext, cdxUrl: string, bas
   );
 }
 
-
 /**
  * Holds the answer to `budget` JSON bytes (the service refuses a larger one; long archived URLs make
  * 1,000 captures several MB): the snapshot's text is cut first, then captures go from the end `order`
@@ -293,7 +312,9 @@ function withinSize(out: Omit<GrabrWaybackOutput, 'cached'>, order: 'newest' | '
       size -= jsonBytes(c) + 1;
       dropped++;
     }
-    out.notes.push(`${dropped} ${order === 'newest' ? 'oldest' : 'newest'} capture${dropped > 1 ? 's' : ''} left out to stay within the answer size limit (TOOL_MAX_RESULT_BYTES)`);
+    out.notes.push(
+      `${dropped} ${order === 'newest' ? 'oldest' : 'newest'} capture${dropped > 1 ? 's' : ''} left out to stay within the answer size limit (TOOL_MAX_RESULT_BYTES)`,
+    );
     out.captures = captures;
     out.total = captures.length;
     out.distinct_versions = new Set(captures.map((c) => c.digest ?? `${c.timestamp}`)).size;
@@ -312,16 +333,29 @@ async function readSnapshot(c: Capture, base: string, ctx: ToolContext, notes: s
   }
   const res = await upstream(url, SNAPSHOT_MAX_BYTES, ctx.signal, 'Wayback snapshot');
   if (res.status < 200 || res.status >= 300) {
-    if (res.status >= 500 || res.status === 429) throw new AppError('tool_unavailable', `Wayback snapshot upstream failed: answered ${res.status}`, { upstream_status: res.status });
+    if (res.status >= 500 || res.status === 429)
+      throw new AppError('tool_unavailable', `Wayback snapshot upstream failed: answered ${res.status}`, { upstream_status: res.status });
     notes.push(`snapshot unavailable: the archive answered ${res.status} for ${c.timestamp}`);
     return null;
   }
   const mime = (res.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase() || null;
   const charset = /charset\s*=\s*"?([^";\s]+)/i.exec(res.headers['content-type'] ?? '')?.[1] ?? null;
-  if (mime === 'text/html' || mime === 'application/xhtml+xml' || (mime === null && /^\s*<(!doctype html|html)/i.test(res.body.subarray(0, 512).toString('latin1')))) {
+  if (
+    mime === 'text/html' ||
+    mime === 'application/xhtml+xml' ||
+    (mime === null && /^\s*<(!doctype html|html)/i.test(res.body.subarray(0, 512).toString('latin1')))
+  ) {
     // HTML from the archive is a stranger's markup: parsed in the sandbox pool within the parse caps.
     const page = await runTask(ctx, 'extract_html', { body: res.body, baseUrl: c.original, headerCharset: charset });
-    return { timestamp: c.timestamp, url, status: res.status, content_type: mime, title: page.title, text: page.text, truncated: res.truncated || page.text_truncated || page.capped };
+    return {
+      timestamp: c.timestamp,
+      url,
+      status: res.status,
+      content_type: mime,
+      title: page.title,
+      text: page.text,
+      truncated: res.truncated || page.text_truncated || page.capped,
+    };
   }
   if (mime === null || mime.startsWith('text/') || mime.endsWith('json') || mime.endsWith('xml')) {
     const { text, truncated } = normalisePlainText(decode(res.body, charset));
@@ -349,7 +383,11 @@ interface UpstreamResponse {
 async function upstream(url: URL | string, maxBytes: number, outer: AbortSignal, what: string): Promise<UpstreamResponse> {
   const signal = AbortSignal.any([outer, AbortSignal.timeout(UPSTREAM_TIMEOUT_MS)]);
   try {
-    const res = await request(url, { method: 'GET', signal, headers: { accept: 'application/json, text/html;q=0.9, */*;q=0.5', 'user-agent': 'TollgateGrabr/0.1 (grabr_wayback)' } });
+    const res = await request(url, {
+      method: 'GET',
+      signal,
+      headers: { accept: 'application/json, text/html;q=0.9, */*;q=0.5', 'user-agent': 'TollgateGrabr/0.1 (grabr_wayback)' },
+    });
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k.toLowerCase()] = Array.isArray(v) ? v.join(', ') : v;
     if (res.statusCode === 429 || res.statusCode >= 500) {

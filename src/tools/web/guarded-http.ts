@@ -72,7 +72,8 @@ export async function acquireHostSlot(host: string, limit: number, signal: Abort
     if (released) return;
     released = true;
     const next = entry.waiting.shift();
-    if (next) next(); // the slot passes on
+    if (next)
+      next(); // the slot passes on
     else {
       entry.running -= 1;
       if (entry.running === 0) hostQueues.delete(host);

@@ -67,7 +67,10 @@ export function intelPageTask(input: IntelPageInput): IntelPageOutput {
   if (input.html && buf.length) {
     const cut = htmlCapOffset(buf, input.headerCharset);
     capped = cut !== null;
-    const $ = loadBuffer(cut === null ? buf : buf.subarray(0, cut), input.headerCharset ? { encoding: { transportLayerEncodingLabel: input.headerCharset } } : {});
+    const $ = loadBuffer(
+      cut === null ? buf : buf.subarray(0, cut),
+      input.headerCharset ? { encoding: { transportLayerEncodingLabel: input.headerCharset } } : {},
+    );
     meta = {};
     $('meta[name]').each((_, el) => {
       const name = ($(el).attr('name') ?? '').trim().toLowerCase();
@@ -114,7 +117,10 @@ export function intelPageTask(input: IntelPageInput): IntelPageOutput {
       issues: [],
     };
     seo.issues = seoIssues(seo, input.headers['x-robots-tag'] ?? null);
-    html = buf.subarray(0, cut ?? buf.length).toString('latin1').slice(0, HTML_SCAN_CHARS);
+    html = buf
+      .subarray(0, cut ?? buf.length)
+      .toString('latin1')
+      .slice(0, HTML_SCAN_CHARS);
   }
   return { seo, tech: matchFingerprints({ headers: input.headers, meta, scripts, html }), fingerprints_version: FINGERPRINTS_VERSION, capped };
 }

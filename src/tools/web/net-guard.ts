@@ -41,7 +41,7 @@ const CLASS_LABEL: Record<AddressClass, string> = {
 
 export type AddressVerdict =
   | { allowed: true; address: string }
-  | { allowed: false; address: string; addressClass: AddressClass; /** e.g. "127.0.0.1 embedded in ::ffff:7f00:1 (IPv4-mapped)" */ detail: string };
+  | { allowed: false; address: string; addressClass: AddressClass /** e.g. "127.0.0.1 embedded in ::ffff:7f00:1 (IPv4-mapped)" */; detail: string };
 
 type Rule = [range: [ipaddr.IPv4, number] | [ipaddr.IPv6, number], cls: AddressClass];
 
@@ -213,7 +213,10 @@ export async function vetDestination(url: URL, deps: GuardDeps): Promise<VettedD
       if (!verdict.allowed) {
         // An address the caller wrote is theirs to see, with its class. What a name resolves to is
         // not: naming it (or its class) would let a caller map internal DNS through the refusals.
-        if (!literal) throw new AppError('invalid_input', `${tool} refused ${url.hostname}: the destination is not allowed (not a public address)`, { reason: 'blocked_address' });
+        if (!literal)
+          throw new AppError('invalid_input', `${tool} refused ${url.hostname}: the destination is not allowed (not a public address)`, {
+            reason: 'blocked_address',
+          });
         throw new AppError('invalid_input', `${tool} refused ${url.hostname}: ${CLASS_LABEL[verdict.addressClass]} address (${verdict.detail})`, {
           reason: 'blocked_address',
           address_class: verdict.addressClass,
@@ -295,7 +298,11 @@ export class PinnedAgent {
         callback(err, '', 0);
         return;
       }
-      if (options.all) callback(null, list.map((a) => ({ address: a.address, family: a.family })));
+      if (options.all)
+        callback(
+          null,
+          list.map((a) => ({ address: a.address, family: a.family })),
+        );
       else callback(null, list[0]!.address, list[0]!.family);
     };
   }

@@ -155,7 +155,11 @@ function isTextType(mime: string): boolean {
 /** For bodies without a content type: HTML by its opening markup, text if it has no NUL bytes. */
 function sniff(body: Buffer): 'html' | 'text' | 'binary' {
   const head = body.subarray(0, 1024);
-  const start = head.toString('latin1').replace(/^\uFEFF|^\xEF\xBB\xBF/, '').trimStart().toLowerCase();
+  const start = head
+    .toString('latin1')
+    .replace(/^\uFEFF|^\xEF\xBB\xBF/, '')
+    .trimStart()
+    .toLowerCase();
   if (/^<(!doctype html|html|head|body|title|!--)/.test(start)) return 'html';
   return head.includes(0) ? 'binary' : 'text';
 }

@@ -2,8 +2,7 @@ import robotsParserModule from 'robots-parser';
 
 type RobotsParser = typeof robotsParserModule.default;
 // A CommonJS module whose export is the function itself; its types declare it as `default`.
-const robotsParser: RobotsParser =
-  typeof robotsParserModule === 'function' ? (robotsParserModule as unknown as RobotsParser) : robotsParserModule.default;
+const robotsParser: RobotsParser = typeof robotsParserModule === 'function' ? (robotsParserModule as unknown as RobotsParser) : robotsParserModule.default;
 
 /**
  * The robots.txt pool task of the grabr_* tools: parses a robots.txt (at most ROBOTS_MAX_BYTES) with

@@ -249,7 +249,6 @@ export function scrapeTask(input: ScrapeTaskInput): ScrapeTaskOutput {
   );
 }
 
-
 /**
  * Keeps a scrape answer within `max` JSON bytes (multi-byte text can triple a character cap's size):
  * the text is cut first, then JSON-LD blocks, links and field values are dropped from the end.

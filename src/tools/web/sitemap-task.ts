@@ -102,7 +102,8 @@ function text(v: unknown): string | null {
 
 export function inflateCapped(buf: Buffer, maxBytes: number): Buffer {
   if (!(buf.length >= 2 && buf[0] === 0x1f && buf[1] === 0x8b)) {
-    if (buf.length > maxBytes) throw new AppError('limit_exceeded', `the sitemap is larger than ${maxBytes} bytes`, { limit: 'size', limit_value: maxBytes, reason: 'too_large' });
+    if (buf.length > maxBytes)
+      throw new AppError('limit_exceeded', `the sitemap is larger than ${maxBytes} bytes`, { limit: 'size', limit_value: maxBytes, reason: 'too_large' });
     return buf;
   }
   try {
@@ -153,7 +154,17 @@ export function sitemapTask(input: SitemapTaskInput): SitemapTaskOutput {
   } catch (e) {
     throw new AppError('fetch_failed', `the sitemap is not well-formed XML: ${e instanceof Error ? e.message : String(e)}`, { reason: 'invalid_response' });
   }
-  const out: SitemapTaskOutput = { kind: 'urlset', sitemaps: [], locs: [], lastmods: [], priorities: [], matched: 0, next: null, foreign: 0, bytes: xml.length };
+  const out: SitemapTaskOutput = {
+    kind: 'urlset',
+    sitemaps: [],
+    locs: [],
+    lastmods: [],
+    priorities: [],
+    matched: 0,
+    next: null,
+    foreign: 0,
+    bytes: xml.length,
+  };
   const index = doc['sitemapindex'] as Record<string, unknown> | undefined;
   if (index && typeof index === 'object') {
     out.kind = 'index';

@@ -14,10 +14,7 @@ export { httpUrlField } from './guarded-http.js';
 
 /** ctx.http, or (a handler called directly, as unit tests do) a guarded client built the way the runner builds it. */
 export function guardedHttpOf(ctx: ToolContext, tool: string): GuardedHttp {
-  return (
-    ctx.http ??
-    createGuardedHttp({ config: ctx.config, resolver: dnsOf(ctx), tool, signal: ctx.signal, progress: (p) => ctx.progress(p) })
-  );
+  return ctx.http ?? createGuardedHttp({ config: ctx.config, resolver: dnsOf(ctx), tool, signal: ctx.signal, progress: (p) => ctx.progress(p) });
 }
 
 export function dnsOf(ctx: ToolContext): DnsResolver {

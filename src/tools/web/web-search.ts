@@ -18,7 +18,10 @@ const Input = z.object({
     .optional()
     .describe('Result language, e.g. "en" or "de-DE" (default: the instance\u2019s own)'),
   time_range: z.enum(['day', 'week', 'month', 'year']).optional().describe('Only results from the last day, week, month or year'),
-  safesearch: z.union([z.literal(0), z.literal(1), z.literal(2)]).optional().describe('0 off, 1 moderate, 2 strict'),
+  safesearch: z
+    .union([z.literal(0), z.literal(1), z.literal(2)])
+    .optional()
+    .describe('0 off, 1 moderate, 2 strict'),
 });
 
 const Hit = z.object({
@@ -40,7 +43,8 @@ export type WebSearchOutput = z.infer<typeof WebSearchOutput>;
 
 export const webSearch = defineTool({
   name: 'web_search',
-  description: 'Search the web through the operator\u2019s SearXNG instance: ranked results with title, URL, snippet and engines, plus suggestions and direct answers.',
+  description:
+    'Search the web through the operator\u2019s SearXNG instance: ranked results with title, URL, snippet and engines, plus suggestions and direct answers.',
   tier: 'free',
   priceCents: 0,
   family: 'web',
@@ -51,7 +55,10 @@ export const webSearch = defineTool({
   output: '{query, results: [{rank, title, url, snippet, engines, published_at}], suggestions: [], answers: []}',
   outputSchema: WebSearchOutput,
   handler: async (input, ctx): Promise<WebSearchOutput> => {
-    if (!ctx.search) throw new AppError('tool_unavailable', 'web_search needs a search upstream (SEARCH_BASE_URL), which is not configured here. Nothing was charged.', { needs: ['search'] });
+    if (!ctx.search)
+      throw new AppError('tool_unavailable', 'web_search needs a search upstream (SEARCH_BASE_URL), which is not configured here. Nothing was charged.', {
+        needs: ['search'],
+      });
     await ctx.progress({ stage: 'searching', message: input.query });
     const answer = await ctx.search.search({
       query: input.query,

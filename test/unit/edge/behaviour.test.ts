@@ -49,7 +49,11 @@ describe('zones', () => {
     });
     expect(await run(cfFindZone, { host: 'www.example.com' }, h.ctx().ctx)).toMatchObject({ zone: { name: 'example.com' }, record_name: 'www' });
     expect(await run(cfFindZone, { host: 'example.com' }, h.ctx().ctx)).toMatchObject({ record_name: '@' });
-    expect(await run(cfFindZone, { host: 'a.b.unknown.org' }, h.ctx().ctx)).toMatchObject({ found: false, zone: null, checked: ['a.b.unknown.org', 'b.unknown.org', 'unknown.org'] });
+    expect(await run(cfFindZone, { host: 'a.b.unknown.org' }, h.ctx().ctx)).toMatchObject({
+      found: false,
+      zone: null,
+      checked: ['a.b.unknown.org', 'b.unknown.org', 'unknown.org'],
+    });
   });
 
   it('asks for account_id when the token sees several accounts', async () => {
@@ -89,7 +93,11 @@ describe('DNS records', () => {
   it('creates CAA and SRV records with their data', async () => {
     const caa = await run(cfCreateDns, { zone: 'example.com', type: 'CAA', name: '@', caa: { tag: 'issue', value: 'letsencrypt.org' } }, h.ctx().ctx);
     expect(caa.record).toMatchObject({ type: 'CAA', data: { flags: 0, tag: 'issue', value: 'letsencrypt.org' } });
-    const srv = await run(cfCreateDns, { zone: 'example.com', type: 'SRV', name: '_sip._tcp', srv: { priority: 10, weight: 5, port: 5060, target: 'sip.example.com' } }, h.ctx().ctx);
+    const srv = await run(
+      cfCreateDns,
+      { zone: 'example.com', type: 'SRV', name: '_sip._tcp', srv: { priority: 10, weight: 5, port: 5060, target: 'sip.example.com' } },
+      h.ctx().ctx,
+    );
     expect(srv.record).toMatchObject({ type: 'SRV', name: '_sip._tcp.example.com', data: { port: 5060 } });
   });
 
@@ -121,7 +129,14 @@ describe('DNS records', () => {
 
 describe('cache and firewall rules', () => {
   it('cache rules: creates the entry point when missing, is idempotent, updates and deletes one rule without touching others', async () => {
-    const set = { zone: 'example.com', operation: 'set', name: 'Cache static assets', match: { extensions: ['css', 'js'] }, edge_ttl_seconds: 86400, browser_ttl_seconds: 3600 };
+    const set = {
+      zone: 'example.com',
+      operation: 'set',
+      name: 'Cache static assets',
+      match: { extensions: ['css', 'js'] },
+      edge_ttl_seconds: 86400,
+      browser_ttl_seconds: 3600,
+    };
     const first = await run(cfCacheRules, set, h.ctx().ctx);
     expect(first).toMatchObject({ changed: true, created: true });
     expect(h.fake.writes().map((w) => `${w.method} ${w.path}`)).toEqual([`PUT /zones/${h.zone.id}/rulesets/phases/http_request_cache_settings/entrypoint`]);
@@ -153,14 +168,22 @@ describe('cache and firewall rules', () => {
 
   it('firewall rules: list on a zone without rules, set with skip, change the action, delete', async () => {
     expect(await run(cfFirewallRules, { zone: 'example.com' }, h.ctx().ctx)).toMatchObject({ rules: [] });
-    await run(cfFirewallRules, { zone: 'example.com', operation: 'set', name: 'Allow office', match: { ips: ['198.51.100.0/24'] }, action: 'skip' }, h.ctx().ctx);
+    await run(
+      cfFirewallRules,
+      { zone: 'example.com', operation: 'set', name: 'Allow office', match: { ips: ['198.51.100.0/24'] }, action: 'skip' },
+      h.ctx().ctx,
+    );
     await run(cfFirewallRules, { zone: 'example.com', operation: 'set', name: 'Geo block', match: { countries: ['KP'], path_prefix: '/login' } }, h.ctx().ctx);
     const rs = h.zone.rulesets.get('http_request_firewall_custom')!;
     expect(rs.rules.map((r) => [r.description, r.action, r.expression, r.action_parameters ?? null])).toEqual([
       ['Allow office', 'skip', 'ip.src in {198.51.100.0/24}', { ruleset: 'current' }],
       ['Geo block', 'block', '(starts_with(http.request.uri.path, "/login")) and (ip.src.country in {"KP"})', null],
     ]);
-    await run(cfFirewallRules, { zone: 'example.com', operation: 'set', name: 'Geo block', match: { countries: ['KP'], path_prefix: '/login' }, action: 'managed_challenge' }, h.ctx().ctx);
+    await run(
+      cfFirewallRules,
+      { zone: 'example.com', operation: 'set', name: 'Geo block', match: { countries: ['KP'], path_prefix: '/login' }, action: 'managed_challenge' },
+      h.ctx().ctx,
+    );
     expect(rs.rules[1]!.action).toBe('managed_challenge');
     await run(cfFirewallRules, { zone: 'example.com', operation: 'delete', rule_id: rs.rules[0]!.id }, h.ctx().ctx);
     expect(rs.rules.map((r) => r.description)).toEqual(['Geo block']);
@@ -215,12 +238,20 @@ describe('other inputs', () => {
     await refused(run(cfPurgeCache, { zone: 'example.com' }, h.ctx().ctx), 'invalid_input', 'files');
     await refused(run(cfPurgeCache, { zone: 'example.com', files: ['/css/site.css'] }, h.ctx().ctx), 'invalid_input');
     await refused(
-      run(cfCreatePageRule, { zone: 'example.com', url: 'example.com/*', actions: [{ id: 'forward_url', url: 'https://www.example.com/$1' }, { id: 'always_use_https' }] }, h.ctx().ctx),
+      run(
+        cfCreatePageRule,
+        { zone: 'example.com', url: 'example.com/*', actions: [{ id: 'forward_url', url: 'https://www.example.com/$1' }, { id: 'always_use_https' }] },
+        h.ctx().ctx,
+      ),
       'invalid_input',
       'actions',
     );
     await refused(run(cfCreatePageRule, { zone: 'example.com', url: 'not a url', actions: [{ id: 'always_use_https' }] }, h.ctx().ctx), 'invalid_input', 'url');
-    await refused(run(cfDeployWorker, { name: 'old-style', script: "addEventListener('fetch', (e) => e.respondWith(new Response('hi')))" }, h.ctx().ctx), 'invalid_input', 'script');
+    await refused(
+      run(cfDeployWorker, { name: 'old-style', script: "addEventListener('fetch', (e) => e.respondWith(new Response('hi')))" }, h.ctx().ctx),
+      'invalid_input',
+      'script',
+    );
     await refused(run(cfDeployWorker, { name: 'Bad Name', script: 'export default {}' }, h.ctx().ctx), 'invalid_input', 'name');
     expect(h.fake.requests).toEqual([]);
   });

@@ -46,7 +46,7 @@ describe('Cloudflare error mapping', () => {
     expect(err.details).toEqual({ cloudflare: { status: 401, errors: [{ code: 10000, message: 'Authentication error' }] } });
   });
 
-  it('an invalid token (403, code 9109) -> edge_token_rejected with Cloudflare\'s message inside', async () => {
+  it("an invalid token (403, code 9109) -> edge_token_rejected with Cloudflare's message inside", async () => {
     const { ctx } = h.ctx({ edgeToken: 'some-other-token-123' });
     const err = await failure(run(cfListDns, { zone: 'example.com' }, ctx));
     expect(err.code).toBe('edge_token_rejected');
@@ -67,8 +67,12 @@ describe('Cloudflare error mapping', () => {
     expect(err.code).toBe('edge_token_rejected');
   });
 
-  it('429 -> rate_limited with Cloudflare\'s retry-after in the body and the Retry-After header', async () => {
-    h.fake.failNext({ status: 429, errors: [{ code: 10429, message: 'Rate limited. Please wait and consider throttling your request speed' }], headers: { 'retry-after': '37' } });
+  it("429 -> rate_limited with Cloudflare's retry-after in the body and the Retry-After header", async () => {
+    h.fake.failNext({
+      status: 429,
+      errors: [{ code: 10429, message: 'Rate limited. Please wait and consider throttling your request speed' }],
+      headers: { 'retry-after': '37' },
+    });
     const err = await failure(run(cfListDns, { zone: 'example.com' }, h.ctx().ctx));
     expect(err).toMatchObject({ code: 'rate_limited', status: 429, retryable: false, headers: { 'Retry-After': '37' } });
     expect(err.details).toMatchObject({ retry_after: 37, cloudflare: { status: 429, errors: [{ code: 10429 }] } });
@@ -86,7 +90,9 @@ describe('Cloudflare error mapping', () => {
     const err = await failure(run(cfCreateDns, createInput, h.ctx().ctx));
     expect(err).toMatchObject({ code: 'tool_failed', status: 422, retryable: false });
     expect(err.message).toBe('Cloudflare rejected the request: An A, AAAA, or CNAME record with that host already exists. (code 81053)');
-    expect(err.details).toEqual({ cloudflare: { status: 400, errors: [{ code: 81053, message: 'An A, AAAA, or CNAME record with that host already exists.' }] } });
+    expect(err.details).toEqual({
+      cloudflare: { status: 400, errors: [{ code: 81053, message: 'An A, AAAA, or CNAME record with that host already exists.' }] },
+    });
   });
 
   it('5xx on a read -> retryable upstream_error', async () => {
@@ -118,7 +124,8 @@ describe('Cloudflare error mapping', () => {
 
   it('a GraphQL authorization error -> edge_token_rejected; a GraphQL query error -> tool_failed', async () => {
     const cf = new CfClient(h.ctx().ctx);
-    const q = 'query Q($zoneTag: string) { viewer { zones(filter: { zoneTag: $zoneTag }) { httpRequests1dGroups(limit: 1, filter: { date: "2025-01-01" }) { sum { requests } } } } }';
+    const q =
+      'query Q($zoneTag: string) { viewer { zones(filter: { zoneTag: $zoneTag }) { httpRequests1dGroups(limit: 1, filter: { date: "2025-01-01" }) { sum { requests } } } } }';
     const denied = await failure(cf.graphql(q, { zoneTag: 'ffffffffffffffffffffffffffffffff' }));
     expect(denied.code).toBe('edge_token_rejected');
     expect(denied.details).toMatchObject({ cloudflare: { errors: [{ code: 'authz' }] } });
@@ -149,7 +156,9 @@ describe('Cloudflare error mapping', () => {
     try {
       const port = (silent.address() as AddressInfo).port;
       const { ctx } = makeToolContext({ edgeToken: FAKE_TOKEN, env: { CF_API_BASE_URL: `http://127.0.0.1:${port}/client/v4`, CF_TIMEOUT_MS: '500' } });
-      const err = await failure(new CfClient(ctx).write({ method: 'POST', path: '/zones/023e105f4ecef8ad9ca31a8372d0c353/purge_cache', body: { purge_everything: true } }));
+      const err = await failure(
+        new CfClient(ctx).write({ method: 'POST', path: '/zones/023e105f4ecef8ad9ca31a8372d0c353/purge_cache', body: { purge_everything: true } }),
+      );
       expect(err).toMatchObject({ code: 'upstream_error', retryable: false });
       expect(err.message).toContain('did not answer within 500 ms');
       expect(received).toHaveLength(1);

@@ -89,7 +89,7 @@ describe('cf_point_to_server', () => {
     expect(h.zone.records.map((r) => r.type)).toEqual(['CNAME']);
   });
 
-  it('a batch Cloudflare refuses leaves the zone as it was and reports Cloudflare\'s error', async () => {
+  it("a batch Cloudflare refuses leaves the zone as it was and reports Cloudflare's error", async () => {
     h.fake.failNext({ status: 400, method: 'POST', errors: [{ code: 81057, message: 'Record already exists.' }] });
     const e = await run(cfPointToServer, { zone: 'example.com', ipv4: '203.0.113.10' }, h.ctx().ctx).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(AppError);

@@ -101,7 +101,11 @@ describe('cf_setup_email', () => {
         zone: 'example.com',
         provider: 'proton',
         proton_verification: 'a1b2c3d4e5f6a7b8c9d0e1f2',
-        proton_dkim_targets: ['protonmail.domainkey.dabc.domains.proton.ch', 'protonmail2.domainkey.dabc.domains.proton.ch', 'protonmail3.domainkey.dabc.domains.proton.ch'],
+        proton_dkim_targets: [
+          'protonmail.domainkey.dabc.domains.proton.ch',
+          'protonmail2.domainkey.dabc.domains.proton.ch',
+          'protonmail3.domainkey.dabc.domains.proton.ch',
+        ],
       },
       h.ctx().ctx,
     );
@@ -121,14 +125,32 @@ describe('cf_setup_email', () => {
     expect(lines(zoho, (t, n) => t === 'TXT' && n === 'example.eu')).toEqual(['TXT example.eu v=spf1 include:zohomail.eu ~all']);
 
     const g = h.fake.addZone('example.org');
-    await run(cfSetupEmail, { zone: 'example.org', provider: 'google_workspace', dkim: { selector: 'google', value: 'v=DKIM1; k=rsa; p=MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA' } }, h.ctx().ctx);
-    expect(lines(g, (_t, n) => n === 'google._domainkey.example.org')).toEqual(['TXT google._domainkey.example.org v=DKIM1; k=rsa; p=MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA']);
+    await run(
+      cfSetupEmail,
+      {
+        zone: 'example.org',
+        provider: 'google_workspace',
+        dkim: { selector: 'google', value: 'v=DKIM1; k=rsa; p=MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA' },
+      },
+      h.ctx().ctx,
+    );
+    expect(lines(g, (_t, n) => n === 'google._domainkey.example.org')).toEqual([
+      'TXT google._domainkey.example.org v=DKIM1; k=rsa; p=MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA',
+    ]);
   });
 
   it('warns when a given mail host does not resolve, and still does the job', async () => {
     const out = await run(
       cfSetupEmail,
-      { zone: 'example.com', provider: 'custom', mx_hosts: [{ host: 'mx1.mailhost.example', priority: 10 }, { host: 'mx2.nowhere-mail.example', priority: 20 }], spf_include: ['spf.mailhost.example'] },
+      {
+        zone: 'example.com',
+        provider: 'custom',
+        mx_hosts: [
+          { host: 'mx1.mailhost.example', priority: 10 },
+          { host: 'mx2.nowhere-mail.example', priority: 20 },
+        ],
+        spf_include: ['spf.mailhost.example'],
+      },
       h.ctx().ctx,
     );
     expect(out.warnings).toEqual([expect.stringContaining('Mail host mx2.nowhere-mail.example does not resolve')]);
@@ -141,7 +163,11 @@ describe('cf_setup_email', () => {
     await new Promise<void>((r) => sock.bind(0, '127.0.0.1', r));
     const unused = sock.address().port;
     await new Promise<void>((r) => sock.close(() => r()));
-    const out = await run(cfSetupEmail, { zone: 'example.com', provider: 'google_workspace' }, h.ctx({ env: { DNS_SERVERS: `127.0.0.1:${unused}`, DNS_TIMEOUT_MS: '300' } }).ctx);
+    const out = await run(
+      cfSetupEmail,
+      { zone: 'example.com', provider: 'google_workspace' },
+      h.ctx({ env: { DNS_SERVERS: `127.0.0.1:${unused}`, DNS_TIMEOUT_MS: '300' } }).ctx,
+    );
     expect(out.changed).toBe(true);
     expect(out.warnings).toEqual([expect.stringContaining('Could not check whether mail host smtp.google.com resolves')]);
   });
@@ -163,9 +189,13 @@ describe('cf_setup_email', () => {
   });
 
   it('refuses an IP as the Microsoft MX host, and provider fields given to another provider', async () => {
-    const ip = await run(cfSetupEmail, { zone: 'example.com', provider: 'microsoft_365', microsoft_mx_host: '52.101.68.4' }, h.ctx().ctx).catch((x: unknown) => x);
+    const ip = await run(cfSetupEmail, { zone: 'example.com', provider: 'microsoft_365', microsoft_mx_host: '52.101.68.4' }, h.ctx().ctx).catch(
+      (x: unknown) => x,
+    );
     expect(ip).toMatchObject({ code: 'invalid_input', details: { issues: [expect.objectContaining({ path: ['microsoft_mx_host'] })] } });
-    const wrong = await run(cfSetupEmail, { zone: 'example.com', provider: 'fastmail', proton_verification: 'a1b2c3d4e5f6a7b8c9d0e1f2' }, h.ctx().ctx).catch((x: unknown) => x);
+    const wrong = await run(cfSetupEmail, { zone: 'example.com', provider: 'fastmail', proton_verification: 'a1b2c3d4e5f6a7b8c9d0e1f2' }, h.ctx().ctx).catch(
+      (x: unknown) => x,
+    );
     expect(wrong).toMatchObject({ code: 'invalid_input', details: { issues: [expect.objectContaining({ path: ['proton_verification'] })] } });
     const noMx = await run(cfSetupEmail, { zone: 'example.com', provider: 'custom' }, h.ctx().ctx).catch((x: unknown) => x);
     expect(noMx).toMatchObject({ code: 'invalid_input' });

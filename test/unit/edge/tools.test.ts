@@ -100,9 +100,14 @@ function seed(fake: FakeCloudflare, zone: FakeZone): Fixture {
     phase: 'http_request_cache_settings',
     version: '2',
     last_updated: new Date().toISOString(),
-    rules: [rule('1a1b2c3d4e5f60718293a4b5c6d7e8f9', 'set_cache_settings', 'Cache static', '(http.request.uri.path.extension in {"css" "js"})', { cache: true })],
+    rules: [
+      rule('1a1b2c3d4e5f60718293a4b5c6d7e8f9', 'set_cache_settings', 'Cache static', '(http.request.uri.path.extension in {"css" "js"})', { cache: true }),
+    ],
   });
-  fake.workers.set(fake.accounts[0]!.id, new Map([['hello-api', { id: 'hello-api', etag: 'e1', handlers: ['fetch'], created_on: day(5), modified_on: day(1), modules: [], metadata: {} }]]));
+  fake.workers.set(
+    fake.accounts[0]!.id,
+    new Map([['hello-api', { id: 'hello-api', etag: 'e1', handlers: ['fetch'], created_on: day(5), modified_on: day(1), modules: [], metadata: {} }]]),
+  );
   for (const [i, d] of [day(2), day(1), day(0)].entries()) {
     fake.seedDay(zone, d, {
       requests: 1000 * (i + 1),
@@ -114,15 +119,42 @@ function seed(fake: FakeCloudflare, zone: FakeZone): Fixture {
       pageViews: 400,
       uniques: 120,
       status: { '200': 900 * (i + 1), '404': 100 * (i + 1) },
-      countries: { US: { requests: 700 * (i + 1), bytes: 3_500_000 * (i + 1), threats: 1 }, DE: { requests: 300 * (i + 1), bytes: 1_500_000 * (i + 1), threats: 4 } },
+      countries: {
+        US: { requests: 700 * (i + 1), bytes: 3_500_000 * (i + 1), threats: 1 },
+        DE: { requests: 300 * (i + 1), bytes: 1_500_000 * (i + 1), threats: 4 },
+      },
       contentTypes: { html: { requests: 500, bytes: 1_000_000 }, js: { requests: 500, bytes: 4_000_000 * (i + 1) } },
     });
   }
   const recent = (min: number) => new Date(Date.now() - min * 60_000).toISOString().replace(/\.\d{3}Z$/, 'Z');
   zone.firewallEvents.push(
-    { datetime: recent(5), action: 'block', source: 'firewallCustom', clientIP: '198.51.100.23', clientCountryName: 'NL', clientAsn: '64500', clientRequestPath: '/wp-login.php' },
-    { datetime: recent(15), action: 'block', source: 'firewallCustom', clientIP: '198.51.100.23', clientCountryName: 'NL', clientAsn: '64500', clientRequestPath: '/wp-login.php' },
-    { datetime: recent(30), action: 'managed_challenge', source: 'securitylevel', clientIP: '203.0.113.9', clientCountryName: 'US', clientAsn: '64501', clientRequestPath: '/' },
+    {
+      datetime: recent(5),
+      action: 'block',
+      source: 'firewallCustom',
+      clientIP: '198.51.100.23',
+      clientCountryName: 'NL',
+      clientAsn: '64500',
+      clientRequestPath: '/wp-login.php',
+    },
+    {
+      datetime: recent(15),
+      action: 'block',
+      source: 'firewallCustom',
+      clientIP: '198.51.100.23',
+      clientCountryName: 'NL',
+      clientAsn: '64500',
+      clientRequestPath: '/wp-login.php',
+    },
+    {
+      datetime: recent(30),
+      action: 'managed_challenge',
+      source: 'securitylevel',
+      clientIP: '203.0.113.9',
+      clientCountryName: 'US',
+      clientAsn: '64501',
+      clientRequestPath: '/',
+    },
   );
   return { zone, apexA, wwwCname, mx, verification, pageRuleId: 'aa11bb22cc33dd44ee55ff6677889900' };
 }
@@ -136,8 +168,18 @@ interface Case {
 }
 
 const CASES: Case[] = [
-  { name: 'cf_list_zones', input: () => ({}), writes: 0, check: (o) => expect(o.zones.map((z: any) => z.name).sort()).toEqual(['example.com', 'shop.example.com']) },
-  { name: 'cf_get_zone', input: () => ({ zone: 'example.com' }), writes: 0, check: (o) => expect(o.settings).toMatchObject({ ssl: 'full', security_level: 'medium' }) },
+  {
+    name: 'cf_list_zones',
+    input: () => ({}),
+    writes: 0,
+    check: (o) => expect(o.zones.map((z: any) => z.name).sort()).toEqual(['example.com', 'shop.example.com']),
+  },
+  {
+    name: 'cf_get_zone',
+    input: () => ({ zone: 'example.com' }),
+    writes: 0,
+    check: (o) => expect(o.settings).toMatchObject({ ssl: 'full', security_level: 'medium' }),
+  },
   {
     name: 'cf_create_zone',
     input: () => ({ name: 'new-site.org' }),
@@ -147,7 +189,12 @@ const CASES: Case[] = [
       expect(o.next_step).toContain('ada.ns.cloudflare.com');
     },
   },
-  { name: 'cf_find_zone', input: () => ({ host: 'api.shop.example.com' }), writes: 0, check: (o) => expect(o).toMatchObject({ found: true, zone: { name: 'shop.example.com' }, record_name: 'api' }) },
+  {
+    name: 'cf_find_zone',
+    input: () => ({ host: 'api.shop.example.com' }),
+    writes: 0,
+    check: (o) => expect(o).toMatchObject({ found: true, zone: { name: 'shop.example.com' }, record_name: 'api' }),
+  },
   { name: 'cf_list_dns', input: () => ({ zone: 'example.com' }), writes: 0, check: (o) => expect(o.count).toBe(5) },
   {
     name: 'cf_get_dns',
@@ -222,7 +269,12 @@ const CASES: Case[] = [
       expect(f.zone.purges.map((p) => Object.keys(p)[0])).toEqual(['files', 'files', 'tags']);
     },
   },
-  { name: 'cf_purge_all', input: () => ({ zone: 'example.com' }), writes: 1, check: (o, f) => (expect(o.purged_everything).toBe(true), expect(f.zone.purges).toEqual([{ purge_everything: true }])) },
+  {
+    name: 'cf_purge_all',
+    input: () => ({ zone: 'example.com' }),
+    writes: 1,
+    check: (o, f) => (expect(o.purged_everything).toBe(true), expect(f.zone.purges).toEqual([{ purge_everything: true }])),
+  },
   {
     name: 'cf_dev_mode',
     input: () => ({ zone: 'example.com', enabled: true }),
@@ -245,7 +297,9 @@ const CASES: Case[] = [
     name: 'cf_under_attack',
     input: () => ({ zone: 'example.com', enabled: true }),
     writes: 1,
-    check: (o, f) => (expect(o).toMatchObject({ under_attack: true, previous_level: 'medium' }), expect(f.zone.settings.get('security_level')).toBe('under_attack')),
+    check: (o, f) => (
+      expect(o).toMatchObject({ under_attack: true, previous_level: 'medium' }), expect(f.zone.settings.get('security_level')).toBe('under_attack')
+    ),
   },
   {
     name: 'cf_block_ip',
@@ -301,12 +355,22 @@ const CASES: Case[] = [
       expect(o.content_types[0]).toEqual({ type: 'js', bytes: 24_000_000 });
     },
   },
-  { name: 'cf_list_page_rules', input: () => ({ zone: 'example.com' }), writes: 0, check: (o) => expect(o.page_rules[0]).toMatchObject({ url: '*example.com/static/*', status: 'active' }) },
+  {
+    name: 'cf_list_page_rules',
+    input: () => ({ zone: 'example.com' }),
+    writes: 0,
+    check: (o) => expect(o.page_rules[0]).toMatchObject({ url: '*example.com/static/*', status: 'active' }),
+  },
   {
     name: 'cf_create_page_rule',
     input: () => ({ zone: 'example.com', url: 'example.com/*', actions: [{ id: 'forward_url', url: 'https://www.example.com/$1', status_code: 301 }] }),
     writes: 1,
-    check: (o) => expect(o.page_rule).toMatchObject({ url: 'example.com/*', status: 'active', actions: [{ id: 'forward_url', value: { url: 'https://www.example.com/$1', status_code: 301 } }] }),
+    check: (o) =>
+      expect(o.page_rule).toMatchObject({
+        url: 'example.com/*',
+        status: 'active',
+        actions: [{ id: 'forward_url', value: { url: 'https://www.example.com/$1', status_code: 301 } }],
+      }),
   },
   {
     name: 'cf_update_page_rule',
@@ -314,20 +378,39 @@ const CASES: Case[] = [
     writes: 1,
     check: (o) => expect(o.page_rule).toMatchObject({ status: 'disabled', actions: [{ id: 'cache_level', value: 'bypass' }] }),
   },
-  { name: 'cf_delete_page_rule', input: (f) => ({ zone: 'example.com', page_rule_id: f.pageRuleId }), writes: 1, check: (o, f) => (expect(o.deleted).toBe(f.pageRuleId), expect(f.zone.pagerules).toHaveLength(0)) },
+  {
+    name: 'cf_delete_page_rule',
+    input: (f) => ({ zone: 'example.com', page_rule_id: f.pageRuleId }),
+    writes: 1,
+    check: (o, f) => (expect(o.deleted).toBe(f.pageRuleId), expect(f.zone.pagerules).toHaveLength(0)),
+  },
   { name: 'cf_list_workers', input: () => ({}), writes: 0, check: (o) => expect(o.workers.map((w: any) => w.name)).toEqual(['hello-api']) },
   {
     name: 'cf_deploy_worker',
-    input: () => ({ name: 'greeter', script: 'export default { fetch(req, env) { return new Response(`Hi ${env.REGION}`); } };', compatibility_date: '2024-09-23', vars: { REGION: 'eu' } }),
+    input: () => ({
+      name: 'greeter',
+      script: 'export default { fetch(req, env) { return new Response(`Hi ${env.REGION}`); } };',
+      compatibility_date: '2024-09-23',
+      vars: { REGION: 'eu' },
+    }),
     writes: 1,
     check: (o, _f, fake) => {
       expect(o).toMatchObject({ deployed: true, worker: { name: 'greeter', handlers: ['fetch'], compatibility_date: '2024-09-23' } });
       const stored = fake.workers.get(fake.accounts[0]!.id)!.get('greeter')!;
-      expect(stored.metadata).toEqual({ main_module: 'worker.js', compatibility_date: '2024-09-23', bindings: [{ type: 'plain_text', name: 'REGION', text: 'eu' }] });
+      expect(stored.metadata).toEqual({
+        main_module: 'worker.js',
+        compatibility_date: '2024-09-23',
+        bindings: [{ type: 'plain_text', name: 'REGION', text: 'eu' }],
+      });
       expect(stored.modules).toEqual([expect.objectContaining({ name: 'worker.js', type: 'application/javascript+module' })]);
     },
   },
-  { name: 'cf_delete_worker', input: () => ({ name: 'hello-api' }), writes: 1, check: (o, _f, fake) => (expect(o.deleted).toBe('hello-api'), expect(fake.workers.get(fake.accounts[0]!.id)!.size).toBe(0)) },
+  {
+    name: 'cf_delete_worker',
+    input: () => ({ name: 'hello-api' }),
+    writes: 1,
+    check: (o, _f, fake) => (expect(o.deleted).toBe('hello-api'), expect(fake.workers.get(fake.accounts[0]!.id)!.size).toBe(0)),
+  },
   {
     name: 'cf_point_to_server',
     input: () => ({ zone: 'example.com', ipv4: '203.0.113.10' }),

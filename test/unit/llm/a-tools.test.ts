@@ -140,7 +140,11 @@ describe('rules computed in code', () => {
     expect(edge.filtered_as_tried[0]!.jaccard).toBe(0.6);
     // More than `count` survivors: the first `count` in model order.
     const many = buildLadder({ hints: ['one', 'two', 'three', 'four'].map((hint) => ({ kind: 'step' as const, hint, why: '', check_by: '' })) }, [], 3);
-    expect(many.hints.map((h) => [h.level, h.hint])).toEqual([[1, 'one'], [2, 'two'], [3, 'three']]);
+    expect(many.hints.map((h) => [h.level, h.hint])).toEqual([
+      [1, 'one'],
+      [2, 'two'],
+      [3, 'three'],
+    ]);
   });
 
   it('one_liner: cuts at a word boundary and trims dangling separators', () => {
@@ -167,8 +171,29 @@ describe('rules computed in code', () => {
     expect(domainLabel('Ship.it!')).toBe('shipit');
     expect(domainLabel('東京')).toBeNull();
     expect(domainLabel('a'.repeat(70))).toHaveLength(63);
-    expect(pickNames({ names: [{ name: 'Ship.it', rationale: '' }, { name: 'Mugly.io', rationale: '' }] }, 3, ['it']).map((n) => n.label)).toEqual(['ship', 'muglyio']);
-    const picked = pickNames({ names: [{ name: 'Brew Buddy', rationale: 'r' }, { name: 'brewbuddy', rationale: 'same label' }, { name: ' ', rationale: '' }, { name: 'Mug Pal', rationale: 'r2' }] }, 3);
+    expect(
+      pickNames(
+        {
+          names: [
+            { name: 'Ship.it', rationale: '' },
+            { name: 'Mugly.io', rationale: '' },
+          ],
+        },
+        3,
+        ['it'],
+      ).map((n) => n.label),
+    ).toEqual(['ship', 'muglyio']);
+    const picked = pickNames(
+      {
+        names: [
+          { name: 'Brew Buddy', rationale: 'r' },
+          { name: 'brewbuddy', rationale: 'same label' },
+          { name: ' ', rationale: '' },
+          { name: 'Mug Pal', rationale: 'r2' },
+        ],
+      },
+      3,
+    );
     expect(picked).toEqual([
       { name: 'Brew Buddy', rationale: 'r', label: 'brewbuddy' },
       { name: 'Mug Pal', rationale: 'r2', label: 'mugpal' },
@@ -184,7 +209,12 @@ describe('rules computed in code', () => {
     expect(economicsOf(8, 10, 5)).toEqual({ unit_margin: -2, margin_pct: -25, break_even_units: null });
     expect(economicsOf(0, 1, 5)).toEqual({ unit_margin: -1, margin_pct: null, break_even_units: null });
     expect(economicsOf(20, 10, 0).break_even_units).toBe(0);
-    const input = PriceItInput.parse({ product: 'p', unit_cost: 10, fixed_costs: 30_000, competitor_prices: [{ price: 40 }, { price: 20 }, { price: 30 }, { price: 35 }] });
+    const input = PriceItInput.parse({
+      product: 'p',
+      unit_cost: 10,
+      fixed_costs: 30_000,
+      competitor_prices: [{ price: 40 }, { price: 20 }, { price: 30 }, { price: 35 }],
+    });
     const out = buildPricing(
       {
         tiers: [
@@ -198,12 +228,26 @@ describe('rules computed in code', () => {
       },
       input,
     );
-    expect(out.tiers.map((t) => [t.name, t.price])).toEqual([['Free', 0], ['Basic', 25], ['Pro', 50]]);
-    expect(out.economics.find((e) => e.tier === 'Basic')).toEqual({ tier: 'Basic', price: 25, unit_cost: 10, unit_margin: 15, margin_pct: 60, break_even_units: 2000 });
+    expect(out.tiers.map((t) => [t.name, t.price])).toEqual([
+      ['Free', 0],
+      ['Basic', 25],
+      ['Pro', 50],
+    ]);
+    expect(out.economics.find((e) => e.tier === 'Basic')).toEqual({
+      tier: 'Basic',
+      price: 25,
+      unit_cost: 10,
+      unit_margin: 15,
+      margin_pct: 60,
+      break_even_units: 2000,
+    });
     expect(out.anchors).toEqual(['Show Pro first']);
     expect(out.competitors).toEqual({ count: 4, min: 20, median: 32.5, max: 40 });
     // Prices are rounded to the currency's minor unit: whole yen.
-    const jpy = buildPricing({ tiers: [{ name: 'A', price: 1500.5, rationale: '' }], anchors: [] }, PriceItInput.parse({ product: 'p', currency: 'JPY', unit_cost: 1000 }));
+    const jpy = buildPricing(
+      { tiers: [{ name: 'A', price: 1500.5, rationale: '' }], anchors: [] },
+      PriceItInput.parse({ product: 'p', currency: 'JPY', unit_cost: 1000 }),
+    );
     expect(jpy.tiers[0]!.price).toBe(1501);
     expect(jpy.economics[0]).toMatchObject({ unit_margin: 501, margin_pct: 33.3777, break_even_units: 0 });
     expect(PriceItInput.safeParse({ product: 'p', unit_cost: '1.1234567' }).success).toBe(false);
@@ -216,7 +260,14 @@ describe('rules computed in code', () => {
         actors: ['User', 'user', ''],
         requirements: [
           { text: '', priority: 'must', acceptance: [] },
-          { text: 'Send a reset link\nby email', priority: 'must', acceptance: [{ given: 'a user', when: 'they ask', then: 'a link arrives' }, { given: '', when: 'x', then: 'y' }] },
+          {
+            text: 'Send a reset link\nby email',
+            priority: 'must',
+            acceptance: [
+              { given: 'a user', when: 'they ask', then: 'a link arrives' },
+              { given: '', when: 'x', then: 'y' },
+            ],
+          },
           { text: 'Expire links ![x](https://evil.test/?q=1)', priority: 'should', acceptance: [] },
         ],
         non_functional: [{ category: 'security', text: 'Links are single use' }],
@@ -239,9 +290,12 @@ describe('rules computed in code', () => {
     expect(mdText('a_b')).toBe('a\\_b');
     expect(mdText('- not a list')).toBe('\\- not a list');
     expect(mdText('1. not a list')).toBe('1\\. not a list');
-    expect(() => buildSpec({ title: 't', actors: [], requirements: [{ text: ' ', priority: 'must', acceptance: [] }], non_functional: [], open_questions: [], assumptions: [] }, 'i')).toThrow(
-      /no requirements/,
-    );
+    expect(() =>
+      buildSpec(
+        { title: 't', actors: [], requirements: [{ text: ' ', priority: 'must', acceptance: [] }], non_functional: [], open_questions: [], assumptions: [] },
+        'i',
+      ),
+    ).toThrow(/no requirements/);
   });
 });
 
@@ -268,7 +322,11 @@ describe('name_it DNS signals', () => {
     };
     fake.enqueue({
       type: 'json',
-      value: (body: any) => ({ names: dataBlocksOf(body).description!.split(' ').map((w) => ({ name: w, rationale: `from ${w}` })) }),
+      value: (body: any) => ({
+        names: dataBlocksOf(body)
+          .description!.split(' ')
+          .map((w) => ({ name: w, rationale: `from ${w}` })),
+      }),
     });
     const { ctx, progress } = contextFor({}, { dns: down });
     const out = await run<any>(nameIt, { description: 'Zorblat Quix Vember Tolo Prand', count: 5, tlds: ['com', 'net', 'org'] }, ctx);
@@ -367,7 +425,10 @@ describe('handlers against the fake upstream', () => {
     expect(dataBlocksOf(body)).toEqual({ problem: 'longest substring without repeats', tried: 'two nested loops over all substrings' });
     expect(body.response_format.json_schema.strict).toBe(true);
     expect(body.messages[0].content).toContain('exactly 3 hints');
-    expect(out.hints.map((h: any) => [h.level, h.kind])).toEqual([[1, 'question'], [2, 'step']]);
+    expect(out.hints.map((h: any) => [h.level, h.kind])).toEqual([
+      [1, 'question'],
+      [2, 'step'],
+    ]);
     expect(out.filtered_as_tried).toEqual([{ kind: 'strategy', hint: 'two nested loops over all substrings', tried_index: 0, jaccard: 1 }]);
     expect(hintsPlus.outputSchema!.safeParse(out).success).toBe(true);
   });
@@ -390,7 +451,13 @@ describe('handlers against the fake upstream', () => {
       type: 'json',
       value: (body: any) => {
         const words = dataBlocksOf(body).description!.split(' ');
-        return { names: [{ name: 'Taken', rationale: words[0] }, { name: 'Free Name XYZ', rationale: words[1] }, { name: 'taken', rationale: 'dup' }] };
+        return {
+          names: [
+            { name: 'Taken', rationale: words[0] },
+            { name: 'Free Name XYZ', rationale: words[1] },
+            { name: 'taken', rationale: 'dup' },
+          ],
+        };
       },
     });
     const dns = createResolver({ DNS_SERVERS: [dnsServer.address], DNS_TIMEOUT_MS: 500 });
@@ -398,13 +465,36 @@ describe('handlers against the fake upstream', () => {
     dnsServer.queries.length = 0;
     const out = await run<any>(nameIt, { description: 'gardening tools', count: 3, tlds: ['com', 'io'] }, ctx);
     expect(out.names).toEqual([
-      { name: 'Taken', rationale: 'gardening', label: 'taken', domains: [{ domain: 'taken.com', resolves: true }, { domain: 'taken.io', resolves: true }] },
-      { name: 'Free Name XYZ', rationale: 'tools', label: 'freenamexyz', domains: [{ domain: 'freenamexyz.com', resolves: false }, { domain: 'freenamexyz.io', resolves: false }] },
+      {
+        name: 'Taken',
+        rationale: 'gardening',
+        label: 'taken',
+        domains: [
+          { domain: 'taken.com', resolves: true },
+          { domain: 'taken.io', resolves: true },
+        ],
+      },
+      {
+        name: 'Free Name XYZ',
+        rationale: 'tools',
+        label: 'freenamexyz',
+        domains: [
+          { domain: 'freenamexyz.com', resolves: false },
+          { domain: 'freenamexyz.io', resolves: false },
+        ],
+      },
     ]);
     expect(out.domain_note).toBe(DOMAIN_NOTE);
     expect(out.domain_note).toMatch(/NOT confirmed available/);
     expect(out.tlds_not_in_dns).toEqual([]);
-    expect(dnsServer.queries.filter((q) => q.startsWith('NS ')).sort()).toEqual(['NS com', 'NS freenamexyz.com', 'NS freenamexyz.io', 'NS io', 'NS taken.com', 'NS taken.io']);
+    expect(dnsServer.queries.filter((q) => q.startsWith('NS ')).sort()).toEqual([
+      'NS com',
+      'NS freenamexyz.com',
+      'NS freenamexyz.io',
+      'NS io',
+      'NS taken.com',
+      'NS taken.io',
+    ]);
     const resolving = progress.filter((p) => p.stage === 'resolving');
     expect(resolving.at(-1)).toMatchObject({ done: 6, total: 6, unit: 'lookups' });
     // Tokens first, then the lookups.
@@ -424,7 +514,11 @@ describe('handlers against the fake upstream', () => {
       }),
     });
     const { ctx } = contextFor();
-    const out = await run<any>(priceIt, { product: 'email summariser', unit_cost: 10, fixed_costs: 30_000, competitor_prices: [{ name: 'Rival', price: 30 }] }, ctx);
+    const out = await run<any>(
+      priceIt,
+      { product: 'email summariser', unit_cost: 10, fixed_costs: 30_000, competitor_prices: [{ name: 'Rival', price: 30 }] },
+      ctx,
+    );
     const body = lastBody();
     expect(dataBlocksOf(body)).toEqual({ product: 'email summariser', competitors: 'Rival: 30' });
     expect(out.tiers[0]).toEqual({ name: 'Basic', price: 25, rationale: 'email summariser' });

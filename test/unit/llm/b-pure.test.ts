@@ -54,7 +54,10 @@ describe('idea_fold clustering', () => {
     expect(averageLinkage(sim, 0.5).clusters).toEqual([[0, 1, 2]]);
     expect(averageLinkage(sim, 0.51).clusters).toEqual([[0], [1], [2]]);
     const sim2 = [Float64Array.of(1, 0.6, 0, 0), Float64Array.of(0.6, 1, 0, 0), Float64Array.of(0, 0, 1, 0.6), Float64Array.of(0, 0, 0.6, 1)];
-    expect(averageLinkage(sim2, 0.5).clusters).toEqual([[0, 1], [2, 3]]);
+    expect(averageLinkage(sim2, 0.5).clusters).toEqual([
+      [0, 1],
+      [2, 3],
+    ]);
   });
 
   it('uses average linkage, not single linkage', () => {
@@ -78,7 +81,7 @@ describe('idea_fold clustering', () => {
   it('clusters the largest input (200 ideas of 2,000 characters) quickly', () => {
     const vocab = Array.from({ length: 3000 }, (_, i) => `w${i.toString(36)}x`);
     let seed = 7;
-    const rnd = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const rnd = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
     const texts = Array.from({ length: 200 }, () => {
       let s = '';
       while (s.length < 1990) s += `${vocab[Math.floor(rnd() * vocab.length)]} `;
@@ -147,7 +150,17 @@ describe('findVerbatim', () => {
 describe('mergeMeta and mapSettled', () => {
   it('sums usage and keeps null when no call reported it', () => {
     const u = { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 };
-    expect(mergeMeta([{ model: 'm', usage: u, prompt_version: 'x' }, { model: 'm', usage: null, prompt_version: 'x' }, { model: 'm', usage: u, prompt_version: 'x' }], 'p/1', 'd')).toEqual({
+    expect(
+      mergeMeta(
+        [
+          { model: 'm', usage: u, prompt_version: 'x' },
+          { model: 'm', usage: null, prompt_version: 'x' },
+          { model: 'm', usage: u, prompt_version: 'x' },
+        ],
+        'p/1',
+        'd',
+      ),
+    ).toEqual({
       model: 'm',
       usage: { prompt_tokens: 2, completion_tokens: 4, total_tokens: 6 },
       prompt_version: 'p/1',
@@ -176,7 +189,14 @@ describe('genius_plus passages', () => {
   const b = `${'Unrelated filler sentence about gardening and tomatoes. '.repeat(60)}\nThe extensible priority scheme of RFC 9218 replaces it.`;
 
   it('slices verbatim, orders by source then offset, and holds the budget', () => {
-    const { passages, tokens } = selectPassagesTask({ query: 'RFC 9113 prioritisation dependency tree', sources: [{ n: 1, text: a }, { n: 2, text: b }], budgetTokens: 60 });
+    const { passages, tokens } = selectPassagesTask({
+      query: 'RFC 9113 prioritisation dependency tree',
+      sources: [
+        { n: 1, text: a },
+        { n: 2, text: b },
+      ],
+      budgetTokens: 60,
+    });
     expect(passages.length).toBeGreaterThan(0);
     for (const p of passages) expect(p.text).toBe((p.n === 1 ? a : b).slice(p.start, p.end));
     expect(passages.map((p) => [p.n, p.start])).toEqual([...passages.map((p) => [p.n, p.start])].sort((x, y) => x[0]! - y[0]! || x[1]! - y[1]!));

@@ -27,8 +27,10 @@ let searx: FakeSearxng;
 let pages: http.Server;
 let pagesBase: string;
 const PAGES: Record<string, string> = {
-  '/rfc': '<html><head><title>RFC 9113 notes</title></head><body><main><p>RFC 9113 deprecates the priority signalling scheme of RFC 7540.</p><p>Servers may ignore the dependency tree entirely.</p></main></body></html>',
-  '/blog': '<html><head><title>Priority blog</title></head><body><article><p>The extensible priority scheme of RFC 9218 uses the urgency and incremental parameters.</p></article></body></html>',
+  '/rfc':
+    '<html><head><title>RFC 9113 notes</title></head><body><main><p>RFC 9113 deprecates the priority signalling scheme of RFC 7540.</p><p>Servers may ignore the dependency tree entirely.</p></main></body></html>',
+  '/blog':
+    '<html><head><title>Priority blog</title></head><body><article><p>The extensible priority scheme of RFC 9218 uses the urgency and incremental parameters.</p></article></body></html>',
   '/plain': 'A plain text page about HTTP/2 priorities and urgency values from zero to seven.',
 };
 
@@ -143,7 +145,14 @@ describe('mind_opener', () => {
 
   it('defaults to three lenses; an empty lens is 503', async () => {
     const { ctx } = context();
-    llm.enqueue({ type: 'json', value: (body: any) => ({ reframes: Object.fromEntries(Object.keys(schemaOf(body).properties.reframes.properties).map((k, i) => [k, i === 1 ? [] : [{ question: 'q?', insight: 'i', first_step: 's' }]])) }) });
+    llm.enqueue({
+      type: 'json',
+      value: (body: any) => ({
+        reframes: Object.fromEntries(
+          Object.keys(schemaOf(body).properties.reframes.properties).map((k, i) => [k, i === 1 ? [] : [{ question: 'q?', insight: 'i', first_step: 's' }]]),
+        ),
+      }),
+    });
     const err = await failure(run('mind_opener', { problem: 'p' }, ctx));
     expect(err.code).toBe('tool_unavailable');
     expect(Object.keys(schemaOf(llm.requests[0]!.body).properties.reframes.properties)).toEqual(['inversion', 'first_principles', 'constraint_removal']);
@@ -169,7 +178,10 @@ describe('idea_fold', () => {
 
   it('makes one model call per multi-member cluster; members come from the clustering', async () => {
     const { ctx, progress } = context();
-    const merge = { type: 'json' as const, value: (body: any) => ({ title: 'Merged', merged_idea: Object.values(dataBlocksOf(body)).join(' + '), tension: '' }) };
+    const merge = {
+      type: 'json' as const,
+      value: (body: any) => ({ title: 'Merged', merged_idea: Object.values(dataBlocksOf(body)).join(' + '), tension: '' }),
+    };
     llm.enqueue(merge, merge);
     const result = await run('idea_fold', { ideas }, ctx);
     expect(llm.requests).toHaveLength(2);
@@ -178,7 +190,10 @@ describe('idea_fold', () => {
       { idea_1: ideas[0], idea_3: ideas[2] },
       { idea_2: ideas[1], idea_5: ideas[4] },
     ]);
-    expect(result.folds.map((f: any) => f.members.map((m: any) => m.index))).toEqual([[0, 2], [1, 4]]);
+    expect(result.folds.map((f: any) => f.members.map((m: any) => m.index))).toEqual([
+      [0, 2],
+      [1, 4],
+    ]);
     expect(result.folds[0].members[1]).toEqual({ index: 2, text: ideas[2] });
     expect(result.folds[0].merged_idea).toBe(`${ideas[0]} + ${ideas[2]}`);
     expect(result.folds[0].tension).toBeNull();
@@ -210,14 +225,23 @@ describe('hints_parade', () => {
           hints_parade_tester: 'Write a regression benchmark with a fixed file',
           hints_parade_ops: 'Compare disk metrics on the database host',
         };
-        return { hints: [{ hint: shared, why: `${persona} says so` }, { hint: own[body.response_format.json_schema.name]!, why: 'w' }] };
+        return {
+          hints: [
+            { hint: shared, why: `${persona} says so` },
+            { hint: own[body.response_format.json_schema.name]!, why: 'w' },
+          ],
+        };
       },
     };
     llm.enqueue(reply, reply, reply);
     const problem = 'The nightly CSV import became slow.';
     const result = await run('hints_parade', { problem, personas, hints_per_persona: 2 }, ctx);
     expect(llm.requests).toHaveLength(3);
-    expect(llm.requests.map((r) => r.body.response_format.json_schema.name).sort()).toEqual(['hints_parade_debugger', 'hints_parade_ops', 'hints_parade_tester']);
+    expect(llm.requests.map((r) => r.body.response_format.json_schema.name).sort()).toEqual([
+      'hints_parade_debugger',
+      'hints_parade_ops',
+      'hints_parade_tester',
+    ]);
     for (const r of llm.requests) expect(dataBlocksOf(r.body)).toEqual({ problem });
     expect(Object.keys(result.by_persona)).toEqual(personas);
     expect(result.consensus).toEqual([{ hint: shared, personas, support: 3, similarity: 1 }]);

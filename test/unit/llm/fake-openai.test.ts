@@ -52,9 +52,7 @@ describe('fake OpenAI upstream, driven by the official openai SDK', () => {
 
   it('answers a scripted 500 as InternalServerError', async () => {
     fake.enqueue({ type: 'error', status: 500, message: 'The server had an error while processing your request.' });
-    const err = await client.chat.completions
-      .create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'x' }] })
-      .catch((e: unknown) => e);
+    const err = await client.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'x' }] }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.InternalServerError);
   });
 });

@@ -69,9 +69,27 @@ describe('llm tool definitions', () => {
 });
 
 const cases = [
-  { tool: genius as AnyTool, input: { problem: 'How many primes are below 100?' }, system: GENIUS_SYSTEM_PROMPT, userHas: ['<problem>\nHow many primes are below 100?\n</problem>'], maxTokens: 4096 },
-  { tool: hints as AnyTool, input: { problem: 'Reverse a linked list in place.', level: 2 }, system: HINTS_SYSTEM_PROMPT, userHas: ['level 2 hint (direction)', 'Reverse a linked list in place.'], maxTokens: 700 },
-  { tool: roast as AnyTool, input: { text: 'A blockchain for grocery lists.', intensity: 'spicy' }, system: ROAST_SYSTEM_PROMPT, userHas: ['Intensity: spicy', '<submission>\nA blockchain for grocery lists.\n</submission>'], maxTokens: 900 },
+  {
+    tool: genius as AnyTool,
+    input: { problem: 'How many primes are below 100?' },
+    system: GENIUS_SYSTEM_PROMPT,
+    userHas: ['<problem>\nHow many primes are below 100?\n</problem>'],
+    maxTokens: 4096,
+  },
+  {
+    tool: hints as AnyTool,
+    input: { problem: 'Reverse a linked list in place.', level: 2 },
+    system: HINTS_SYSTEM_PROMPT,
+    userHas: ['level 2 hint (direction)', 'Reverse a linked list in place.'],
+    maxTokens: 700,
+  },
+  {
+    tool: roast as AnyTool,
+    input: { text: 'A blockchain for grocery lists.', intensity: 'spicy' },
+    system: ROAST_SYSTEM_PROMPT,
+    userHas: ['Intensity: spicy', '<submission>\nA blockchain for grocery lists.\n</submission>'],
+    maxTokens: 900,
+  },
 ];
 
 describe.each(cases)('$tool.name against the fake upstream', ({ tool, input, system, userHas, maxTokens }) => {
@@ -113,16 +131,19 @@ describe('streaming', () => {
     fake.enqueue({ type: 'tokens', tokens, beforeToken: (i) => (i === last ? release.promise : undefined) });
     const sentAtFirstProgress: number[] = [];
     const seen: string[] = [];
-    const { ctx } = contextFor({}, {
-      progress: async (p) => {
-        if (p.delta === undefined) return;
-        seen.push(p.delta);
-        if (seen.length === 1) {
-          sentAtFirstProgress.push(fake.requests[0]!.tokensSent);
-          release.resolve();
-        }
+    const { ctx } = contextFor(
+      {},
+      {
+        progress: async (p) => {
+          if (p.delta === undefined) return;
+          seen.push(p.delta);
+          if (seen.length === 1) {
+            sentAtFirstProgress.push(fake.requests[0]!.tokensSent);
+            release.resolve();
+          }
+        },
       },
-    });
+    );
 
     const result = await run(genius, { problem: 'Why is the sky blue?' }, ctx);
 
@@ -174,11 +195,23 @@ describe('failures', () => {
   });
 
   const upstreamFailures: Array<{ name: string; reply: FakeReply; expected: RegExp }> = [
-    { name: '500', reply: { type: 'error', status: 500, message: 'The server had an error while processing your request.' }, expected: /: 500 The server had an error/ },
-    { name: '401 echoing the key', reply: { type: 'error', status: 401, message: `Incorrect API key provided: ${API_KEY}.`, errorType: 'invalid_request_error', code: 'invalid_api_key' }, expected: /: 401 Incorrect API key provided: \[redacted\]/ },
+    {
+      name: '500',
+      reply: { type: 'error', status: 500, message: 'The server had an error while processing your request.' },
+      expected: /: 500 The server had an error/,
+    },
+    {
+      name: '401 echoing the key',
+      reply: { type: 'error', status: 401, message: `Incorrect API key provided: ${API_KEY}.`, errorType: 'invalid_request_error', code: 'invalid_api_key' },
+      expected: /: 401 Incorrect API key provided: \[redacted\]/,
+    },
     { name: 'connection dropped mid-stream', reply: { type: 'drop', tokens: ['par', 'tial'] }, expected: /: connection dropped mid-stream/ },
     { name: 'malformed chunk', reply: { type: 'malformed', tokens: ['a'] }, expected: /: malformed stream/ },
-    { name: 'error event inside the stream', reply: { type: 'stream-error', tokens: ['a'], message: 'model overloaded' }, expected: /: error inside the stream: model overloaded/ },
+    {
+      name: 'error event inside the stream',
+      reply: { type: 'stream-error', tokens: ['a'], message: 'model overloaded' },
+      expected: /: error inside the stream: model overloaded/,
+    },
     { name: 'empty completion', reply: { type: 'tokens', tokens: [] }, expected: /: empty completion \(finish_reason: stop\)/ },
     { name: 'whitespace-only completion', reply: { type: 'tokens', tokens: [' ', '\n'] }, expected: /: empty completion/ },
   ];
@@ -228,10 +261,13 @@ describe('failures', () => {
     const never = deferred();
     fake.enqueue({ type: 'tokens', tokens: ['a', 'b', 'c'], beforeToken: (i) => (i === 1 ? never.promise : undefined) });
     const controller = new AbortController();
-    const { ctx } = contextFor({}, {
-      signal: controller.signal,
-      progress: async () => controller.abort(),
-    });
+    const { ctx } = contextFor(
+      {},
+      {
+        signal: controller.signal,
+        progress: async () => controller.abort(),
+      },
+    );
     const err = await failure(run(genius, { problem: 'p' }, ctx));
     expect(err.code).toBe('timeout');
     expect(err.message).toBe('genius was cancelled before the language model finished');
@@ -241,11 +277,14 @@ describe('failures', () => {
   it('passes on a failing progress sink as is', async () => {
     fake.enqueue({ type: 'tokens', tokens: ['a', 'b'] });
     const boom = new Error('redis went away');
-    const { ctx } = contextFor({}, {
-      progress: async () => {
-        throw boom;
+    const { ctx } = contextFor(
+      {},
+      {
+        progress: async () => {
+          throw boom;
+        },
       },
-    });
+    );
     await expect(run(genius, { problem: 'p' }, ctx)).rejects.toBe(boom);
   });
 });
@@ -259,7 +298,14 @@ describe('chatToToolInput', () => {
         { role: 'user', content: 'Here is my plan.' },
         { role: 'assistant', content: 'Go on.' },
         { role: 'tool', content: 'ignored' },
-        { role: 'user', content: [{ type: 'text', text: 'Sell ice' }, { type: 'image_url', image_url: { url: 'x' } }, { type: 'text', text: 'to penguins.' }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Sell ice' },
+            { type: 'image_url', image_url: { url: 'x' } },
+            { type: 'text', text: 'to penguins.' },
+          ],
+        },
       ],
       256,
     );
@@ -281,7 +327,13 @@ describe('chatToToolInput', () => {
 
   it.each([
     ['no messages', []],
-    ['last message from the assistant', [{ role: 'user', content: 'a' }, { role: 'assistant', content: 'b' }]],
+    [
+      'last message from the assistant',
+      [
+        { role: 'user', content: 'a' },
+        { role: 'assistant', content: 'b' },
+      ],
+    ],
     ['last message without text', [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }]],
   ])('rejects %s with invalid_input', (_name, messages) => {
     expect(() => chatToToolInput(hints, messages)).toThrowError(expect.objectContaining({ code: 'invalid_input' }));

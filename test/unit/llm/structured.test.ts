@@ -55,7 +55,10 @@ describe('structured output', () => {
 
   it('one invalid reply gets one repair prompt naming the problem', async () => {
     const before = llm.requests.length;
-    llm.enqueue({ type: 'json', value: { verdict: 'maybe', reasons: [], score: null } }, { type: 'json', value: { verdict: 'no', reasons: ['fixed'], score: null } });
+    llm.enqueue(
+      { type: 'json', value: { verdict: 'maybe', reasons: [], score: null } },
+      { type: 'json', value: { verdict: 'no', reasons: ['fixed'], score: null } },
+    );
     const out = await ask(ctxFor());
     expect(out.value).toEqual({ verdict: 'no', reasons: ['fixed'], score: null });
     expect(llm.requests.length - before).toBe(2);

@@ -31,10 +31,17 @@ describe('bcalc_why', () => {
   });
 
   const cases = [
-    { expression: '0.1 + 0.2' }, { expression: '2.345', scale: 2 }, { expression: 'a = 2; b = 3; a' }, { expression: '3 - -2 * 2^-1' },
-    { expression: 'pmt(0.04 / 12, 60, 25000)', scale: 2, rounding: 'half_up' }, { expression: 'irr([-100, 30, 40, 50, 20])', precision: 50 },
-    { expression: 'x > 2 ? pct(x, 10) : 0', variables: { x: '5.5' } }, { expression: 'sum([0.1, 0.2, 0.3]) / 3' }, { expression: 'amort(5000, 0.01, 6)' },
-    { expression: '5 cm to inch' }, { expression: 'sqrt(2) ^ 2', precision: 20 },
+    { expression: '0.1 + 0.2' },
+    { expression: '2.345', scale: 2 },
+    { expression: 'a = 2; b = 3; a' },
+    { expression: '3 - -2 * 2^-1' },
+    { expression: 'pmt(0.04 / 12, 60, 25000)', scale: 2, rounding: 'half_up' },
+    { expression: 'irr([-100, 30, 40, 50, 20])', precision: 50 },
+    { expression: 'x > 2 ? pct(x, 10) : 0', variables: { x: '5.5' } },
+    { expression: 'sum([0.1, 0.2, 0.3]) / 3' },
+    { expression: 'amort(5000, 0.01, 6)' },
+    { expression: '5 cm to inch' },
+    { expression: 'sqrt(2) ^ 2', precision: 20 },
   ];
   it.each(cases)('the last step equals bcalc: %j', async (input) => {
     const r = await run(input);
@@ -44,7 +51,10 @@ describe('bcalc_why', () => {
   });
 
   it('property: on random arithmetic, the last step equals bcalc', async () => {
-    const leaf = fc.oneof(fc.integer({ min: -999, max: 999 }).map(String), fc.tuple(fc.nat(999), fc.nat(999)).map(([a, b]) => `${a}.${b}`));
+    const leaf = fc.oneof(
+      fc.integer({ min: -999, max: 999 }).map(String),
+      fc.tuple(fc.nat(999), fc.nat(999)).map(([a, b]) => `${a}.${b}`),
+    );
     const expr: fc.Arbitrary<string> = fc.letrec<{ e: string }>((tie) => ({
       e: fc.oneof(
         { depthSize: 'small', withCrossShrink: true },
@@ -53,18 +63,23 @@ describe('bcalc_why', () => {
       ),
     })).e;
     await fc.assert(
-      fc.asyncProperty(expr, fc.integer({ min: 5, max: 60 }), fc.option(fc.integer({ min: 0, max: 6 }), { nil: undefined }), async (expression, precision, scale) => {
-        let expected: string | undefined;
-        try {
-          expected = runBcalc(bcalcWhy.input.parse({ expression, precision, scale })).result;
-        } catch (e) {
-          expect((e as AppError).code).toBe('invalid_input');
-          await expect(run({ expression, precision, scale })).rejects.toBeInstanceOf(AppError);
-          return;
-        }
-        const r = await run({ expression, precision, scale });
-        expect(r.steps.at(-1)!.value).toBe(expected);
-      }),
+      fc.asyncProperty(
+        expr,
+        fc.integer({ min: 5, max: 60 }),
+        fc.option(fc.integer({ min: 0, max: 6 }), { nil: undefined }),
+        async (expression, precision, scale) => {
+          let expected: string | undefined;
+          try {
+            expected = runBcalc(bcalcWhy.input.parse({ expression, precision, scale })).result;
+          } catch (e) {
+            expect((e as AppError).code).toBe('invalid_input');
+            await expect(run({ expression, precision, scale })).rejects.toBeInstanceOf(AppError);
+            return;
+          }
+          const r = await run({ expression, precision, scale });
+          expect(r.steps.at(-1)!.value).toBe(expected);
+        },
+      ),
       { numRuns: 100 },
     );
   });

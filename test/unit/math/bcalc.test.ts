@@ -39,8 +39,13 @@ describe('bcalc: exact decimals', () => {
     expect((await run({ expression: '2.345', scale: 2 })).result).toBe('2.34');
     expect((await run({ expression: '2.345', scale: 2, rounding: 'half_even' })).result).toBe('2.34');
     const table: Record<string, [string, string]> = {
-      half_even: ['2.34', '-2.34'], half_up: ['2.35', '-2.35'], half_down: ['2.34', '-2.34'],
-      up: ['2.35', '-2.35'], down: ['2.34', '-2.34'], ceil: ['2.35', '-2.34'], floor: ['2.34', '-2.35'],
+      half_even: ['2.34', '-2.34'],
+      half_up: ['2.35', '-2.35'],
+      half_down: ['2.34', '-2.34'],
+      up: ['2.35', '-2.35'],
+      down: ['2.34', '-2.34'],
+      ceil: ['2.35', '-2.34'],
+      floor: ['2.34', '-2.35'],
     };
     for (const [rounding, [pos, neg]] of Object.entries(table)) {
       expect((await run({ expression: '2.345', scale: 2, rounding })).result, rounding).toBe(pos);
@@ -84,8 +89,14 @@ describe('bcalc: exact decimals', () => {
  */
 describe('bcalc agrees with @formulajs/formulajs', () => {
   const pmtCases: Array<[number, number, number, number?, number?]> = [
-    [0.05 / 12, 360, 200000], [0.04 / 12, 60, 25000, 0, 1], [0.07, 10, -5000, 1000], [0, 12, 1200], [0.015, 48, 18000, -2000, 0],
-    [0.1, 1, 100], [0.0025, 600, 1e6], [-0.01, 20, 1000],
+    [0.05 / 12, 360, 200000],
+    [0.04 / 12, 60, 25000, 0, 1],
+    [0.07, 10, -5000, 1000],
+    [0, 12, 1200],
+    [0.015, 48, 18000, -2000, 0],
+    [0.1, 1, 100],
+    [0.0025, 600, 1e6],
+    [-0.01, 20, 1000],
   ];
   it.each(pmtCases)('pmt(%s, %s, %s, %s, %s)', async (rate, nper, pv, fv, type) => {
     const args = [rate, nper, pv, fv, type].filter((a) => a !== undefined);
@@ -94,7 +105,12 @@ describe('bcalc agrees with @formulajs/formulajs', () => {
   });
 
   const npvCases: Array<[number, number[]]> = [
-    [0.1, [-100, 30, 40, 50]], [0.08, [-10000, 3000, 4200, 6800]], [0.05, [100]], [0.2, [0, 0, 1000, -50, 700]], [0, [1, 2, 3]], [-0.05, [-100, 60, 60]],
+    [0.1, [-100, 30, 40, 50]],
+    [0.08, [-10000, 3000, 4200, 6800]],
+    [0.05, [100]],
+    [0.2, [0, 0, 1000, -50, 700]],
+    [0, [1, 2, 3]],
+    [-0.05, [-100, 60, 60]],
   ];
   it.each(npvCases)('npv(%s, %j)', async (rate, flows) => {
     const a = await run({ expression: `npv(${rate}, ${flows.join(', ')})` });
@@ -104,8 +120,13 @@ describe('bcalc agrees with @formulajs/formulajs', () => {
   });
 
   const irrCases: number[][] = [
-    [-100, 30, 40, 50, 20], [-10000, 3000, 4200, 6800], [-70000, 12000, 15000, 18000, 21000, 26000], [-1000, 100, 100, 100, 100, 1100],
-    [-500, 0, 0, 1000], [-100, 90, 5], [100, -50, -60],
+    [-100, 30, 40, 50, 20],
+    [-10000, 3000, 4200, 6800],
+    [-70000, 12000, 15000, 18000, 21000, 26000],
+    [-1000, 100, 100, 100, 100, 1100],
+    [-500, 0, 0, 1000],
+    [-100, 90, 5],
+    [100, -50, -60],
   ];
   it.each(irrCases.map((c) => [c]))('irr(%j)', async (flows) => {
     const r = await run({ expression: `irr([${flows.join(', ')}])` });
@@ -115,7 +136,11 @@ describe('bcalc agrees with @formulajs/formulajs', () => {
   });
 
   it('fv matches formulajs', async () => {
-    for (const [rate, nper, pmt, pv, type] of [[0.05 / 12, 120, -100, -1000, 1], [0.03, 5, -200, 0, 0], [0, 10, -5, -5, 0]] as const) {
+    for (const [rate, nper, pmt, pv, type] of [
+      [0.05 / 12, 120, -100, -1000, 1],
+      [0.03, 5, -200, 0, 0],
+      [0, 10, -5, -5, 0],
+    ] as const) {
       close((await run({ expression: `fv(${rate}, ${nper}, ${pmt}, ${pv}, ${type})` })).result, formulajs.FV(rate, nper, pmt, pv, type) as number, 1e-10);
     }
   });
@@ -123,7 +148,19 @@ describe('bcalc agrees with @formulajs/formulajs', () => {
 
 describe('bcalc: safety and caps', () => {
   it('refuses what reaches the parser or changes the instance, inside expressions', async () => {
-    for (const expression of ['import({a: 1})', 'config({number: "number"})', 'evaluate("1+1")', 'parse("1")', 'x = config', 'f(x) = x', 'random()', '1:5', 'range(1, 10)', 'zeros(1000, 1000)', 'createUnit("foo")']) {
+    for (const expression of [
+      'import({a: 1})',
+      'config({number: "number"})',
+      'evaluate("1+1")',
+      'parse("1")',
+      'x = config',
+      'f(x) = x',
+      'random()',
+      '1:5',
+      'range(1, 10)',
+      'zeros(1000, 1000)',
+      'createUnit("foo")',
+    ]) {
       expect(await refused({ expression }), expression).toBe('invalid_input');
     }
   });

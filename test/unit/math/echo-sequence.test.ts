@@ -146,6 +146,8 @@ describe('echo_sequence', () => {
     expect(p.rule).toMatchObject({ kind: 'linear_recurrence', order: 25 });
     expect(p.next).toEqual(Array.from({ length: 50 }, (_, i) => base[(MAX_TERMS + i) % 25]!));
     expect(ms2).toBeLessThan(echoSequence.limits!.timeMs!);
-    console.log(`echo_sequence largestInput: ${msLargest.toFixed(0)} ms; noise at the caps: ${ms.toFixed(0)} ms; another period-25 recurrence: ${ms2.toFixed(0)} ms`);
+    console.log(
+      `echo_sequence largestInput: ${msLargest.toFixed(0)} ms; noise at the caps: ${ms.toFixed(0)} ms; another period-25 recurrence: ${ms2.toFixed(0)} ms`,
+    );
   });
 });

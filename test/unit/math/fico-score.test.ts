@@ -11,8 +11,16 @@ const run = async (profile: Record<string, unknown>) => {
 };
 
 const perfect: FicoProfileT = {
-  late_payments_30: 0, late_payments_60_plus: 0, derogatory_marks: 0, utilization_percent: 0, oldest_account_years: 30,
-  average_account_age_years: 15, hard_inquiries_12m: 0, new_accounts_12m: 0, revolving_accounts: 3, installment_accounts: 2,
+  late_payments_30: 0,
+  late_payments_60_plus: 0,
+  derogatory_marks: 0,
+  utilization_percent: 0,
+  oldest_account_years: 30,
+  average_account_age_years: 15,
+  hard_inquiries_12m: 0,
+  new_accounts_12m: 0,
+  revolving_accounts: 3,
+  installment_accounts: 2,
 };
 
 const profileArb: fc.Arbitrary<FicoProfileT> = fc
@@ -40,11 +48,31 @@ describe('fico_score', () => {
   });
 
   it('the worst profile gives 300; estimate = 300 + 5.5·Σ w·s', async () => {
-    const worst = { ...perfect, late_payments_30: 9, late_payments_60_plus: 9, derogatory_marks: 3, utilization_percent: 100, oldest_account_years: 0, average_account_age_years: 0, hard_inquiries_12m: 20, new_accounts_12m: 9, revolving_accounts: 0, installment_accounts: 0 };
+    const worst = {
+      ...perfect,
+      late_payments_30: 9,
+      late_payments_60_plus: 9,
+      derogatory_marks: 3,
+      utilization_percent: 100,
+      oldest_account_years: 0,
+      average_account_age_years: 0,
+      hard_inquiries_12m: 20,
+      new_accounts_12m: 9,
+      revolving_accounts: 0,
+      installment_accounts: 0,
+    };
     const r = await run(worst);
     // history (10+10)/2 = 10, new credit (10+40)/2 = 25: 300 + 5.5·(0.15·10 + 0.10·25) = 322
     expect(r.estimate).toBe(322);
-    const mid = await run({ ...perfect, late_payments_30: 1, utilization_percent: 34, oldest_account_years: 6, average_account_age_years: 3.5, hard_inquiries_12m: 2, new_accounts_12m: 1 });
+    const mid = await run({
+      ...perfect,
+      late_payments_30: 1,
+      utilization_percent: 34,
+      oldest_account_years: 6,
+      average_account_age_years: 3.5,
+      hard_inquiries_12m: 2,
+      new_accounts_12m: 1,
+    });
     const sum = mid.factors.reduce((s, f) => s + (f.weight / 100) * f.subscore, 0);
     expect(mid.estimate).toBe(Math.round(300 + 5.5 * sum));
     expect(mid.estimate).toBe(710);
@@ -52,7 +80,7 @@ describe('fico_score', () => {
     expect(mid.levers[0]!.factor).toBe('amounts_owed');
   });
 
-  it('bands are myFICO\'s: 579 poor, 580 fair, 669 fair, 670 good, 740 very good, 800 exceptional', async () => {
+  it("bands are myFICO's: 579 poor, 580 fair, 669 fair, 670 good, 740 very good, 800 exceptional", async () => {
     const bandOf = (e: number) => (e < 580 ? 'poor' : e < 670 ? 'fair' : e < 740 ? 'good' : e < 800 ? 'very good' : 'exceptional');
     await fc.assert(
       fc.property(profileArb, (p) => {

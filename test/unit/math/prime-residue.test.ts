@@ -28,7 +28,14 @@ describe('prime_residue count', () => {
   });
 
   it('small bounds and moduli agree with a naive count', async () => {
-    for (const [n, m] of [[1, 4], [2, 4], [3, 3], [100, 10], [9_973, 30], [65_536, 7]] as const) {
+    for (const [n, m] of [
+      [1, 4],
+      [2, 4],
+      [3, 3],
+      [100, 10],
+      [9_973, 30],
+      [65_536, 7],
+    ] as const) {
       const { result } = await run({ n, modulus: m });
       const naive = new Map<number, number>();
       for (let k = 2; k <= n; k++) if (isPrime(BigInt(k))) naive.set(k % m, (naive.get(k % m) ?? 0) + 1);
@@ -91,7 +98,10 @@ describe('prime_residue inspect', () => {
     const { result } = await run({ n: '999999999999999999999999999989' });
     expect(result).toMatchObject({ mode: 'inspect', is_prime: true, primality: 'probable', residue: 1, jacobi: -1 });
     const big = await run({ n: '1000000000000000000000000000000' });
-    expect(big.result.factors).toEqual([{ p: '2', e: 30, prime: true }, { p: '5', e: 30, prime: true }]);
+    expect(big.result.factors).toEqual([
+      { p: '2', e: 30, prime: true },
+      { p: '5', e: 30, prime: true },
+    ]);
     expect(big.result.jacobi).toBeNull();
   });
 

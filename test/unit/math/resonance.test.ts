@@ -15,7 +15,14 @@ const sines = (n: number, fs: number, parts: Array<[number, number, number?]>) =
 describe('resonance', () => {
   it('a 5 Hz + 12 Hz signal peaks at 5 and 12 Hz, within a tenth of a bin after interpolation', async () => {
     const fs = 100;
-    const r = await run({ series: sines(1000, fs, [[5, 1], [12, 0.5]]), sample_rate: fs, top_k: 2 });
+    const r = await run({
+      series: sines(1000, fs, [
+        [5, 1],
+        [12, 0.5],
+      ]),
+      sample_rate: fs,
+      top_k: 2,
+    });
     expect(r.padded_to).toBe(1024);
     expect(r.bin_width).toBeCloseTo(fs / 1024, 6);
     const [p1, p2] = r.peaks;

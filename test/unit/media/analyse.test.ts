@@ -55,7 +55,13 @@ describe('yt_intel', () => {
     ];
     expect(videoIntelTask(input(cues, { duration_s: 120 })).wpm).toBe(10);
     expect(videoIntelTask(input(cues, { duration_s: 0 })).wpm).toBe(20);
-    expect(videoIntelTask(input([], { duration_s: 120 }))).toMatchObject({ wpm: null, words: 0, chapters: [], chapters_source: 'none', summary_source: 'none' });
+    expect(videoIntelTask(input([], { duration_s: 120 }))).toMatchObject({
+      wpm: null,
+      words: 0,
+      chapters: [],
+      chapters_source: 'none',
+      summary_source: 'none',
+    });
   });
 
   it('a repeated two-word phrase is one keyword and takes its words; overlapping phrases are not listed', () => {
@@ -74,7 +80,11 @@ describe('yt_intel', () => {
   });
 
   it('of two equally frequent words, the one in the title ranks first, then one in the description', () => {
-    const sentences = Array.from({ length: 10 }, () => ['We deploy with Kubernetes today.', 'We provision with Terraform today.', 'We monitor with Grafana today.']).flat();
+    const sentences = Array.from({ length: 10 }, () => [
+      'We deploy with Kubernetes today.',
+      'We provision with Terraform today.',
+      'We monitor with Grafana today.',
+    ]).flat();
     const cues = cuesOf(sentences);
     const order = (title: string, description: string) =>
       videoIntelTask(input(cues, { title, description }))
@@ -102,7 +112,13 @@ describe('yt_intel', () => {
   });
 
   it('the summary takes the best-ranked sentences once each, in the order they were said, within summary_sentences', () => {
-    const sentences = ['Queues hold jobs for workers.', 'Workers take jobs from queues.', 'The weather was nice.', 'Queues hold jobs for workers.', 'Jobs in queues wait for workers.'];
+    const sentences = [
+      'Queues hold jobs for workers.',
+      'Workers take jobs from queues.',
+      'The weather was nice.',
+      'Queues hold jobs for workers.',
+      'Jobs in queues wait for workers.',
+    ];
     const r = videoIntelTask(input(cuesOf(sentences), { summary_sentences: 2 }));
     const parts = r.summary.split(/(?<=\.) /);
     expect(parts).toHaveLength(2);

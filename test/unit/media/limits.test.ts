@@ -31,7 +31,12 @@ function bigTrack(): Uint8Array {
   let size = 20;
   for (let i = 0; size < MAX_TRACK_BYTES - 2_000; i++) {
     const words = `${ALL[i % ALL.length]} Ada Lovelace ${i}`.split(' ');
-    const e = JSON.stringify({ tStartMs: i * 2500, dDurationMs: 2500, wWinId: 1, segs: words.map((w, k) => (k ? { utf8: ` ${w}`, tOffsetMs: k * 150, acAsrConf: 0 } : { utf8: w, acAsrConf: 0 })) });
+    const e = JSON.stringify({
+      tStartMs: i * 2500,
+      dDurationMs: 2500,
+      wWinId: 1,
+      segs: words.map((w, k) => (k ? { utf8: ` ${w}`, tOffsetMs: k * 150, acAsrConf: 0 } : { utf8: w, acAsrConf: 0 })),
+    });
     events.push(e);
     size += e.length + 1;
   }
@@ -39,13 +44,26 @@ function bigTrack(): Uint8Array {
 }
 
 function bigPage(): Uint8Array {
-  const tracks = Array.from({ length: 100 }, (_, i) => ({ baseUrl: `https://www.youtube.com/api/timedtext?v=abcdefghijk&lang=l${i}&${'x'.repeat(1900)}`, languageCode: `l${i}`, name: { simpleText: `Track ${i}` } }));
+  const tracks = Array.from({ length: 100 }, (_, i) => ({
+    baseUrl: `https://www.youtube.com/api/timedtext?v=abcdefghijk&lang=l${i}&${'x'.repeat(1900)}`,
+    languageCode: `l${i}`,
+    name: { simpleText: `Track ${i}` },
+  }));
   const player = {
     playabilityStatus: { status: 'OK' },
-    videoDetails: { videoId: 'abcdefghijk', title: 'T'.repeat(100), author: 'A', lengthSeconds: '36000', viewCount: '1', shortDescription: ALL.join('\n').repeat(20).slice(0, 10_000) },
+    videoDetails: {
+      videoId: 'abcdefghijk',
+      title: 'T'.repeat(100),
+      author: 'A',
+      lengthSeconds: '36000',
+      viewCount: '1',
+      shortDescription: ALL.join('\n').repeat(20).slice(0, 10_000),
+    },
     captions: { playerCaptionsTracklistRenderer: { captionTracks: tracks } },
     // Filler a real page carries (streaming formats, storyboards...), with braces in strings.
-    streamingData: { formats: Array.from({ length: 2_000 }, (_, i) => ({ itag: i, url: `https://rr1---sn.googlevideo.com/videoplayback?x={${i}}&${'q'.repeat(600)}` })) },
+    streamingData: {
+      formats: Array.from({ length: 2_000 }, (_, i) => ({ itag: i, url: `https://rr1---sn.googlevideo.com/videoplayback?x={${i}}&${'q'.repeat(600)}` })),
+    },
   };
   const head = '<!DOCTYPE html><html><head><script>var ytcfg = {"a":1};</script></head><body><script>var ytInitialPlayerResponse = ';
   const tail = ';</script>';
@@ -58,18 +76,26 @@ function bigPage(): Uint8Array {
 }
 
 describe('media tasks at the caps', () => {
-  it('a 5 MiB watch page and a 5 MiB track parse inside grabr_transcript\'s limits; the track stops at the transcript cap', async () => {
+  it("a 5 MiB watch page and a 5 MiB track parse inside grabr_transcript's limits; the track stops at the transcript cap", async () => {
     const page = await pool.runTask('yt_watch_page', { body: bigPage() }, call('grabr_transcript/yt_watch_page', grabrTranscript.limits));
     expect(page.tracks).toHaveLength(100);
     expect(page.details?.duration_s).toBe(36000);
-    const track = await pool.runTask('yt_json3', { body: bigTrack(), max_result_bytes: config.TOOL_MAX_RESULT_BYTES }, call('grabr_transcript/yt_json3', grabrTranscript.limits));
+    const track = await pool.runTask(
+      'yt_json3',
+      { body: bigTrack(), max_result_bytes: config.TOOL_MAX_RESULT_BYTES },
+      call('grabr_transcript/yt_json3', grabrTranscript.limits),
+    );
     expect(track).not.toBeNull();
     expect(track!.truncated).toBe(true);
     expect(track!.texts.join(' ').length).toBeGreaterThan(MAX_TRANSCRIPT_CHARS * 0.9);
   }, 120_000);
 
-  it('the longest transcript analyses inside grabr_video_intel\'s limits', async () => {
-    const track = (await pool.runTask('yt_json3', { body: bigTrack(), max_result_bytes: config.TOOL_MAX_RESULT_BYTES }, call('grabr_video_intel/yt_json3', grabrVideoIntel.limits)))!;
+  it("the longest transcript analyses inside grabr_video_intel's limits", async () => {
+    const track = (await pool.runTask(
+      'yt_json3',
+      { body: bigTrack(), max_result_bytes: config.TOOL_MAX_RESULT_BYTES },
+      call('grabr_video_intel/yt_json3', grabrVideoIntel.limits),
+    ))!;
     const input = {
       title: 'A long stream',
       description: ALL.join('\n').repeat(20).slice(0, 10_000),

@@ -74,12 +74,25 @@ describe('parseWatchPageTask', () => {
     const r = parseWatchPageTask({
       body: page({
         playabilityStatus: { status: 'OK' },
-        videoDetails: { videoId: 'abcdefghijk', title: 'T', author: 'A', lengthSeconds: '213', viewCount: '1234567', shortDescription: 'D', keywords: ['k1', 2, 'k2'] },
+        videoDetails: {
+          videoId: 'abcdefghijk',
+          title: 'T',
+          author: 'A',
+          lengthSeconds: '213',
+          viewCount: '1234567',
+          shortDescription: 'D',
+          keywords: ['k1', 2, 'k2'],
+        },
         captions: {
           playerCaptionsTracklistRenderer: {
             captionTracks: [
               { baseUrl: '/api/timedtext?v=x&lang=en', languageCode: 'en', name: { simpleText: 'English' } },
-              { baseUrl: 'https://site/api/timedtext?lang=en&kind=asr', languageCode: 'en', kind: 'asr', name: { runs: [{ text: 'English ' }, { text: '(auto-generated)' }] } },
+              {
+                baseUrl: 'https://site/api/timedtext?lang=en&kind=asr',
+                languageCode: 'en',
+                kind: 'asr',
+                name: { runs: [{ text: 'English ' }, { text: '(auto-generated)' }] },
+              },
               { languageCode: 'fr' },
               { baseUrl: 'x', languageCode: 'bad code!' },
             ],
@@ -126,7 +139,12 @@ describe('parseJson3Task', () => {
   });
 
   it('line breaks inside an event become spaces; missing durations are 0; not json3 is null', () => {
-    const body = JSON.stringify({ events: [{ tStartMs: 1000, segs: [{ utf8: 'two\nlines' }] }, { tStartMs: 2000, segs: [{}] }] });
+    const body = JSON.stringify({
+      events: [
+        { tStartMs: 1000, segs: [{ utf8: 'two\nlines' }] },
+        { tStartMs: 2000, segs: [{}] },
+      ],
+    });
     expect(parseJson3Task({ body: enc(body), max_result_bytes: 1e6 })).toEqual({ starts: [1], durs: [0], texts: ['two lines'], truncated: false });
     expect(parseJson3Task({ body: enc('<transcript/>'), max_result_bytes: 1e6 })).toBeNull();
     expect(parseJson3Task({ body: enc('{"wireMagic":"pb3"}'), max_result_bytes: 1e6 })).toBeNull();
@@ -176,8 +194,14 @@ describe('descriptionChapters', () => {
 
   it('no list: one timestamp, out of order, past the duration, or impossible times', () => {
     expect(descriptionChapters('See 3:15 for the demo', 600)).toEqual([]);
-    expect(descriptionChapters('0:00 Intro\n2:00 B\n1:00 C', 600)).toEqual([{ start: 0, title: 'Intro' }, { start: 120, title: 'B' }]);
-    expect(descriptionChapters('Songs: 4:10 One\n0:00 Intro\n5:00 B', 600)).toEqual([{ start: 0, title: 'Intro' }, { start: 300, title: 'B' }]);
+    expect(descriptionChapters('0:00 Intro\n2:00 B\n1:00 C', 600)).toEqual([
+      { start: 0, title: 'Intro' },
+      { start: 120, title: 'B' },
+    ]);
+    expect(descriptionChapters('Songs: 4:10 One\n0:00 Intro\n5:00 B', 600)).toEqual([
+      { start: 0, title: 'Intro' },
+      { start: 300, title: 'B' },
+    ]);
     expect(descriptionChapters('0:00 Intro\n0:00 Again', 600)).toEqual([]);
     expect(descriptionChapters('0:00 Intro\n15:00 B', 600)).toEqual([]);
     expect(descriptionChapters('0:00 Intro\n1:75 B', 600)).toEqual([]);

@@ -153,7 +153,10 @@ describe('grabr_transcript', () => {
     await expect(transcript({ video: 'trackfail01' })).rejects.toMatchObject({ code: 'tool_unavailable', details: { upstream_status: 500 } });
     yt.add({ id: 'redirect001', pageStatus: 302, location: `${other.url}/watch?v=redirect001` });
     const seen = other.requests.length;
-    await expect(transcript({ video: 'redirect001' })).rejects.toMatchObject({ code: 'tool_unavailable', message: expect.stringMatching(/redirects are not followed/) });
+    await expect(transcript({ video: 'redirect001' })).rejects.toMatchObject({
+      code: 'tool_unavailable',
+      message: expect.stringMatching(/redirects are not followed/),
+    });
     expect(other.requests.length).toBe(seen);
     yt.add({ id: 'pagefail001', pageStatus: 502 });
     await expect(transcript({ video: 'pagefail001' })).rejects.toMatchObject({ code: 'tool_unavailable', details: { upstream_status: 502 } });
@@ -183,7 +186,10 @@ describe('grabr_transcript', () => {
     await expect(transcript({ video: 'unknownvid1' })).rejects.toMatchObject({ code: 'not_found', status: 404 });
     yt.add({ id: 'gone0000001', pageStatus: 404 });
     await expect(transcript({ video: 'gone0000001' })).rejects.toMatchObject({ code: 'not_found' });
-    yt.add({ id: 'botcheck001', rawPage: `<script>var ytInitialPlayerResponse = ${JSON.stringify({ playabilityStatus: { status: 'LOGIN_REQUIRED', reason: "Sign in to confirm you're not a bot" } })};</script>` });
+    yt.add({
+      id: 'botcheck001',
+      rawPage: `<script>var ytInitialPlayerResponse = ${JSON.stringify({ playabilityStatus: { status: 'LOGIN_REQUIRED', reason: "Sign in to confirm you're not a bot" } })};</script>`,
+    });
     await expect(transcript({ video: 'botcheck001' })).rejects.toMatchObject({ code: 'tool_unavailable', details: { playability: 'LOGIN_REQUIRED' } });
     // Age-restricted: details shown, tracks hidden. Not "no captions": the site did not say.
     yt.add({ id: 'agerestrict', title: 'Mature', playability: { status: 'LOGIN_REQUIRED', reason: 'Sign in to confirm your age' } });
@@ -217,9 +223,29 @@ describe('grabr_video_intel', () => {
   const duration = Math.ceil(cues.at(-1)!.start + cues.at(-1)!.dur);
 
   beforeAll(() => {
-    yt.add({ id: 'talks000001', title: 'Coffee, bikes and Python', author: 'Talks', lengthSeconds: duration, viewCount: 1000, description: DESCRIPTION, tracks: [{ lang: 'en', cues }] });
-    yt.add({ id: 'talks000002', title: 'Coffee, bikes and Python', lengthSeconds: duration, description: 'No chapters here.', tracks: [{ lang: 'en', kind: 'asr', cues }] });
-    yt.add({ id: 'talks000003', title: 'Brewing with Ada Lovelace', lengthSeconds: 100, description: 'Ada Lovelace visits Google in Paris.\n0:00 Start\n0:40 Middle', keywords: ['coffee'] });
+    yt.add({
+      id: 'talks000001',
+      title: 'Coffee, bikes and Python',
+      author: 'Talks',
+      lengthSeconds: duration,
+      viewCount: 1000,
+      description: DESCRIPTION,
+      tracks: [{ lang: 'en', cues }],
+    });
+    yt.add({
+      id: 'talks000002',
+      title: 'Coffee, bikes and Python',
+      lengthSeconds: duration,
+      description: 'No chapters here.',
+      tracks: [{ lang: 'en', kind: 'asr', cues }],
+    });
+    yt.add({
+      id: 'talks000003',
+      title: 'Brewing with Ada Lovelace',
+      lengthSeconds: 100,
+      description: 'Ada Lovelace visits Google in Paris.\n0:00 Start\n0:40 Middle',
+      keywords: ['coffee'],
+    });
   });
 
   it("chapters are the description's timestamps, each summarised from its own part of the transcript", async () => {
@@ -228,11 +254,13 @@ describe('grabr_video_intel', () => {
     expect(r.video).toEqual({ id: 'talks000001', title: 'Coffee, bikes and Python', channel: 'Talks', duration_s: duration, views: 1000 });
     expect(r.transcript).toEqual({ available: true, language: 'en', kind: 'manual', reason: null, truncated: false, available_languages: ['en'] });
     expect(r.chapters_source).toBe('description');
-    expect(r.chapters.map((c) => [c.start, c.end, c.title])).toEqual([
-      [0, 128, 'Coffee'],
-      [128, 263, 'Bicycles'],
-      [263, duration],
-    ].map(([s, e, t]) => [s, e, t ?? 'Python']));
+    expect(r.chapters.map((c) => [c.start, c.end, c.title])).toEqual(
+      [
+        [0, 128, 'Coffee'],
+        [128, 263, 'Bicycles'],
+        [263, duration],
+      ].map(([s, e, t]) => [s, e, t ?? 'Python']),
+    );
     expect(COFFEE).toContain(r.chapters[0]!.summary);
     expect(r.chapters[1]!.summary).toMatch(/tyre|chain|brake|bicycle|wheel/i);
     expect(r.chapters[2]!.summary).toMatch(/Python|test|code|program/);

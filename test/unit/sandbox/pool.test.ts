@@ -150,7 +150,11 @@ describe('sandbox pool', () => {
     expect(out.capped).toBe(true);
     expect(out.text).toBe('');
     expect(performance.now() - t0).toBeLessThan(5_000);
-    const ok = await pool.runTask('extract_html', { body: Buffer.from('<title>T</title><p>Hello</p>'), baseUrl: 'http://x.test/', headerCharset: null }, call('a'));
+    const ok = await pool.runTask(
+      'extract_html',
+      { body: Buffer.from('<title>T</title><p>Hello</p>'), baseUrl: 'http://x.test/', headerCharset: null },
+      call('a'),
+    );
     expect(ok).toMatchObject({ title: 'T', text: 'Hello', capped: false });
   });
 
@@ -166,7 +170,11 @@ describe('sandbox pool', () => {
   it('ISOLATION=off runs tasks on the calling event loop and starts no thread', async () => {
     const off = new SandboxPool(loadConfig({}, { LOG_LEVEL: 'silent', ISOLATION: 'off' }), pino({ level: 'silent' }));
     expect(off.isolating).toBe(false);
-    const out = await off.runTask('extract_html', { body: Buffer.from('<title>T</title><p>Hi</p>'), baseUrl: 'http://x.test/', headerCharset: null }, call('a'));
+    const out = await off.runTask(
+      'extract_html',
+      { body: Buffer.from('<title>T</title><p>Hi</p>'), baseUrl: 'http://x.test/', headerCharset: null },
+      call('a'),
+    );
     expect(out).toMatchObject({ title: 'T', text: 'Hi', capped: false });
     expect(off.stats()).toMatchObject({ threads: 0, started: 0 });
     await off.close();

@@ -10,7 +10,10 @@ describe('naming a Redis Cluster', () => {
     const c = loadConfig({ REDIS_URL: 'rediss://app:s3cret@redis.internal:6380', REDIS_CLUSTER_NODES: 'a.internal:7000,b.internal:7000' });
     expect(c.REDIS_URL).toBe('rediss+cluster://app:s3cret@a.internal:7000,b.internal:7000');
     expect(parseClusterUrl(c.REDIS_URL)).toEqual({
-      nodes: [{ host: 'a.internal', port: 7000 }, { host: 'b.internal', port: 7000 }],
+      nodes: [
+        { host: 'a.internal', port: 7000 },
+        { host: 'b.internal', port: 7000 },
+      ],
       username: 'app',
       password: 's3cret',
       tls: true,
@@ -20,7 +23,14 @@ describe('naming a Redis Cluster', () => {
   it('takes a redis+cluster:// REDIS_URL as it is', () => {
     const url = 'redis+cluster://:pw@127.0.0.1:7000,127.0.0.1:7001';
     expect(loadConfig({ REDIS_URL: url }).REDIS_URL).toBe(url);
-    expect(parseClusterUrl(url)).toMatchObject({ nodes: [{ host: '127.0.0.1', port: 7000 }, { host: '127.0.0.1', port: 7001 }], password: 'pw', tls: false });
+    expect(parseClusterUrl(url)).toMatchObject({
+      nodes: [
+        { host: '127.0.0.1', port: 7000 },
+        { host: '127.0.0.1', port: 7001 },
+      ],
+      password: 'pw',
+      tls: false,
+    });
     expect(parseClusterUrl('redis://127.0.0.1:6379')).toBeNull();
   });
 

@@ -56,8 +56,18 @@ const pp = (s: Sample, ...suffixes: string[]) => [false, true].flatMap((sandbox)
 
 const INVENTORY: Entry[] = [
   // Admission: the rate-limit hit, the holds and the owner's slots in flight, in one script.
-  { file: 'src/money/holds.ts', kind: 'script', name: 'tgReserve', keys: (s) => [...credits.scriptKeys(s.account, s.keyId).tgReserve, ...slots.claim(s.account, 5, ['j']).keys, limiter.key(s.account)] },
-  { file: 'src/money/holds.ts', kind: 'script', name: 'tgReserve (no sub-key, no hit)', keys: (s) => [...credits.scriptKeys(s.account, null).tgReserve, ...slots.claim(s.account, 5, ['j']).keys, credits.noRateKey(s.account)] },
+  {
+    file: 'src/money/holds.ts',
+    kind: 'script',
+    name: 'tgReserve',
+    keys: (s) => [...credits.scriptKeys(s.account, s.keyId).tgReserve, ...slots.claim(s.account, 5, ['j']).keys, limiter.key(s.account)],
+  },
+  {
+    file: 'src/money/holds.ts',
+    kind: 'script',
+    name: 'tgReserve (no sub-key, no hit)',
+    keys: (s) => [...credits.scriptKeys(s.account, null).tgReserve, ...slots.claim(s.account, 5, ['j']).keys, credits.noRateKey(s.account)],
+  },
   ...(['tgRelease', 'tgSettled', 'tgTopup', 'tgLoad', 'tgLoadSubuse', 'tgHoldSnapshot', 'tgHoldRebuild'] as const).flatMap((name) => [
     { file: 'src/money/holds.ts', kind: 'script' as const, name, keys: (s: Sample) => credits.scriptKeys(s.account, s.keyId)[name] },
     { file: 'src/money/holds.ts', kind: 'script' as const, name: `${name} (no sub-key)`, keys: (s: Sample) => credits.scriptKeys(s.account, null)[name] },
@@ -76,12 +86,27 @@ const INVENTORY: Entry[] = [
   { file: 'src/calls/idempotency.ts', kind: 'script', name: 'tgIdemClaim', keys: (s) => [`${prefix}:idem:${s.keyId}:${s.payer}`] },
   { file: 'src/calls/idempotency.ts', kind: 'script', name: 'tgIdemTouch', keys: (s) => [`${prefix}:idem:${s.keyId}:${s.payer}`] },
   { file: 'src/calls/idempotency.ts', kind: 'script', name: 'tgIdemDrop', keys: (s) => [`${prefix}:idem:${s.keyId}:${s.payer}`] },
-  { file: 'src/access/passports.ts', kind: 'script', name: 'tgPassportAdd', keys: (s) => pp(s, 'idx', `p:pp_${s.payer}`, `inbox:${s.keyId}`, `d:dl_${s.payer}`) },
-  { file: 'src/access/passports.ts', kind: 'script', name: 'tgPassportMerge', keys: (s) => pp(s, `inbox:${s.keyId}`, `inbox:${randomUUID()}`, `inbox:${randomUUID()}`) },
+  {
+    file: 'src/access/passports.ts',
+    kind: 'script',
+    name: 'tgPassportAdd',
+    keys: (s) => pp(s, 'idx', `p:pp_${s.payer}`, `inbox:${s.keyId}`, `d:dl_${s.payer}`),
+  },
+  {
+    file: 'src/access/passports.ts',
+    kind: 'script',
+    name: 'tgPassportMerge',
+    keys: (s) => pp(s, `inbox:${s.keyId}`, `inbox:${randomUUID()}`, `inbox:${randomUUID()}`),
+  },
   { file: 'src/access/passports.ts', kind: 'multi', name: 'page of a namespace set', keys: (s) => pp(s, 'idx', `inbox:${s.keyId}`) },
   { file: 'src/access/passports.ts', kind: 'multi', name: 'delete a passport', keys: (s) => pp(s, `p:pp_${s.payer}`, 'idx') },
   { file: 'src/access/passports.ts', kind: 'pipeline', name: 'list metadata', keys: (s) => pp(s, `p:pp_${s.payer}`, `p:pp_${s.keyId}`) },
-  { file: 'src/access/passports.ts', kind: 'pipeline', name: "a sub-key's own list: every passport's metadata", keys: (s) => pp(s, `p:pp_${s.payer}`, `p:pp_${s.keyId}`) },
+  {
+    file: 'src/access/passports.ts',
+    kind: 'pipeline',
+    name: "a sub-key's own list: every passport's metadata",
+    keys: (s) => pp(s, `p:pp_${s.payer}`, `p:pp_${s.keyId}`),
+  },
   { file: 'src/access/passports.ts', kind: 'pipeline', name: 'drop gone members', keys: (s) => pp(s, `p:pp_${s.payer}`, `d:dl_${s.keyId}`) },
   { file: 'src/access/passports.ts', kind: 'pipeline', name: 'inbox metadata', keys: (s) => pp(s, `p:pp_${s.payer}`, `p:none`) },
   { file: 'src/queue/job-events.ts', kind: 'script', name: 'tgEventAppend', keys: (s) => [`${prefix}:events:${s.payer}`] },
@@ -99,7 +124,12 @@ const INVENTORY: Entry[] = [
     file: 'src/calls/webhooks.ts',
     kind: 'pipeline',
     name: 'liveness of pending deliveries',
-    keys: (s) => [`${queuePrefix(prefix)}:webhooks:hook-core-${s.payer}`, `${queuePrefix(prefix)}:webhook-watch:watch-core-${s.payer}`, `${queuePrefix(prefix)}:tools-core:core-${s.payer}`, `${queuePrefix(prefix)}:none`],
+    keys: (s) => [
+      `${queuePrefix(prefix)}:webhooks:hook-core-${s.payer}`,
+      `${queuePrefix(prefix)}:webhook-watch:watch-core-${s.payer}`,
+      `${queuePrefix(prefix)}:tools-core:core-${s.payer}`,
+      `${queuePrefix(prefix)}:none`,
+    ],
   },
 ];
 
@@ -138,7 +168,9 @@ describe('cluster slots: every script, MULTI and pipeline stays in one slot', ()
   });
 
   it('every queue of a deployment shares one slot (flows write to several in one script)', () => {
-    const queueSlots = new Set(FAMILIES.flatMap((f) => [`${queuePrefix(prefix)}:${f}:wait`, `${queuePrefix(prefix)}:${f}:meta`, `${queuePrefix(prefix)}:${f}:123`]).map(keySlot));
+    const queueSlots = new Set(
+      FAMILIES.flatMap((f) => [`${queuePrefix(prefix)}:${f}:wait`, `${queuePrefix(prefix)}:${f}:meta`, `${queuePrefix(prefix)}:${f}:123`]).map(keySlot),
+    );
     expect(queueSlots.size).toBe(1);
   });
 

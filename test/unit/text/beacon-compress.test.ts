@@ -56,7 +56,10 @@ describe('beacon_compress', () => {
   });
 
   it('keeps the sentences the query asks about (BM25)', async () => {
-    const text = Array.from({ length: 40 }, (_, i) => `Filler sentence number ${i} talks about nothing in particular.`).join(' ') + ' The refund policy allows returns within thirty days. ' + 'More filler closes the text here.';
+    const text =
+      Array.from({ length: 40 }, (_, i) => `Filler sentence number ${i} talks about nothing in particular.`).join(' ') +
+      ' The refund policy allows returns within thirty days. ' +
+      'More filler closes the text here.';
     const r = await run({ text, budget_tokens: 32, query: 'refund policy' });
     expect(r.method).toBe('bm25');
     expect(r.text).toContain('The refund policy allows returns within thirty days.');
@@ -81,7 +84,13 @@ describe('beacon_compress', () => {
 
   it('splits sentences without breaking at abbreviations', () => {
     const t = 'Dr. Smith met Mr. Jones at 3 p.m. today. They agreed! Next steps?\n- item one\n- item two';
-    expect(splitSentences(t).map((s) => t.slice(s.start, s.end))).toEqual(['Dr. Smith met Mr. Jones at 3 p.m. today.', 'They agreed!', 'Next steps?', '- item one', '- item two']);
+    expect(splitSentences(t).map((s) => t.slice(s.start, s.end))).toEqual([
+      'Dr. Smith met Mr. Jones at 3 p.m. today.',
+      'They agreed!',
+      'Next steps?',
+      '- item one',
+      '- item two',
+    ]);
   });
 
   it('refuses budgets outside 32..32,000 and text past 400,000 characters (schema)', () => {

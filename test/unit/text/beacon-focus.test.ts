@@ -40,7 +40,12 @@ describe('beacon_focus', () => {
             expect(p.tokens).toBe(o200k.encode(p.text).length);
             total += p.tokens;
             if (k > 0) expect(p.start).toBeGreaterThan(r.passages[k - 1]!.end);
-            expect(text.split('\n').slice(p.start_line - 1, p.end_line).join('\n')).toContain(p.text);
+            expect(
+              text
+                .split('\n')
+                .slice(p.start_line - 1, p.end_line)
+                .join('\n'),
+            ).toContain(p.text);
           }
           expect(total).toBe(r.tokens);
           expect(total).toBeLessThanOrEqual(budget);
@@ -52,10 +57,20 @@ describe('beacon_focus', () => {
   });
 
   it('finds the error line in a log with its context and line numbers', async () => {
-    const text = ['10:00:01 INFO worker started', '10:00:02 INFO job 41 done', '10:00:03 ERROR job 42 timeout after 5000 ms', '10:00:04 WARN retrying job 42', '10:00:05 INFO job 43 done'].join('\n');
+    const text = [
+      '10:00:01 INFO worker started',
+      '10:00:02 INFO job 41 done',
+      '10:00:03 ERROR job 42 timeout after 5000 ms',
+      '10:00:04 WARN retrying job 42',
+      '10:00:05 INFO job 43 done',
+    ].join('\n');
     const r = await run({ text, query: 'timeout', context_lines: 1 });
     expect(r.passages).toHaveLength(1);
-    expect(r.passages[0]).toMatchObject({ start_line: 2, end_line: 4, text: '10:00:02 INFO job 41 done\n10:00:03 ERROR job 42 timeout after 5000 ms\n10:00:04 WARN retrying job 42' });
+    expect(r.passages[0]).toMatchObject({
+      start_line: 2,
+      end_line: 4,
+      text: '10:00:02 INFO job 41 done\n10:00:03 ERROR job 42 timeout after 5000 ms\n10:00:04 WARN retrying job 42',
+    });
     expect(r.coverage).toBe(1);
     expect(r.matched_lines).toBe(1);
   });

@@ -44,7 +44,15 @@ describe('beacon_rank', () => {
   it('refuses both or neither of documents and text, duplicate ids, too many documents (schema)', () => {
     expect(beaconRank.input.safeParse({ query: 'a' }).success).toBe(false);
     expect(beaconRank.input.safeParse({ query: 'a', text: 'a', documents: ['a'] }).success).toBe(false);
-    expect(beaconRank.input.safeParse({ query: 'a', documents: [{ id: 'd', text: 'a' }, { id: 'd', text: 'b' }] }).success).toBe(false);
+    expect(
+      beaconRank.input.safeParse({
+        query: 'a',
+        documents: [
+          { id: 'd', text: 'a' },
+          { id: 'd', text: 'b' },
+        ],
+      }).success,
+    ).toBe(false);
     expect(beaconRank.input.safeParse({ query: 'a', documents: Array(1001).fill('a') }).success).toBe(false);
     expect(beaconRank.input.safeParse({ query: 'a', documents: ['a'.repeat(200_000), 'b'.repeat(200_001)] }).success).toBe(false);
     expect(beaconRank.input.safeParse({ query: 'a', documents: Array(1000).fill('a') }).success).toBe(true);

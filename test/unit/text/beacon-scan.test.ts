@@ -30,7 +30,12 @@ describe('beacon_scan', () => {
   it('maps Markdown sections with offsets that slice back, skipping fenced code', async () => {
     const text = 'Preface line.\n# One\nalpha\n```\n# not a heading\n```\nTwo\n===\nbeta\n## Three ##\ngamma';
     const r = await run({ text, encoding: 'cl100k_base' });
-    expect(r.sections.map((s) => [s.heading, s.level])).toEqual([[null, 0], ['One', 1], ['Two', 1], ['Three', 2]]);
+    expect(r.sections.map((s) => [s.heading, s.level])).toEqual([
+      [null, 0],
+      ['One', 1],
+      ['Two', 1],
+      ['Three', 2],
+    ]);
     expect(r.sections.map((s) => text.slice(s.start, s.end)).join('')).toBe(text);
     for (const s of r.sections) expect(s.tokens).toBe(cl100k.encode(text.slice(s.start, s.end)).length);
     expect(r.heaviest!.tokens).toBe(Math.max(...r.sections.map((s) => s.tokens)));
@@ -39,12 +44,15 @@ describe('beacon_scan', () => {
 
   it('sections always tile the text; same input, same output', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.array(fc.constantFrom('# H\n', 'text ', '\n', '```\n', '===\n', '## x\n', 'para.\n\n'), { minLength: 1, maxLength: 30 }), async (parts) => {
-        const text = parts.join('');
-        const a = await run({ text });
-        expect(a.sections.map((s) => text.slice(s.start, s.end)).join('')).toBe(text);
-        expect(JSON.stringify(await run({ text }))).toBe(JSON.stringify(a));
-      }),
+      fc.asyncProperty(
+        fc.array(fc.constantFrom('# H\n', 'text ', '\n', '```\n', '===\n', '## x\n', 'para.\n\n'), { minLength: 1, maxLength: 30 }),
+        async (parts) => {
+          const text = parts.join('');
+          const a = await run({ text });
+          expect(a.sections.map((s) => text.slice(s.start, s.end)).join('')).toBe(text);
+          expect(JSON.stringify(await run({ text }))).toBe(JSON.stringify(a));
+        },
+      ),
       { numRuns: 100 },
     );
   });

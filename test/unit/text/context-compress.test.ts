@@ -42,7 +42,10 @@ describe('context_compress', () => {
   });
 
   it('leaves a conversation that fits alone', async () => {
-    const messages = [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'hello' }];
+    const messages = [
+      { role: 'user', content: 'hi' },
+      { role: 'assistant', content: 'hello' },
+    ];
     const r = await run({ messages, budget_tokens: 1000 });
     expect(r.actions).toEqual([]);
     expect(r.messages).toEqual(messages.map((m) => ({ ...m })));
@@ -56,14 +59,24 @@ describe('context_compress', () => {
   });
 
   it('refuses a budget below the protected messages', async () => {
-    const messages = [{ role: 'system', content: 'word '.repeat(200) }, { role: 'user', content: 'hi' }];
+    const messages = [
+      { role: 'system', content: 'word '.repeat(200) },
+      { role: 'user', content: 'hi' },
+    ];
     await expect(run({ messages, budget_tokens: 50 })).rejects.toMatchObject({ code: 'invalid_input' });
     await expect(run({ messages, budget_tokens: 50 })).rejects.toBeInstanceOf(AppError);
   });
 
   it('a 390,000-letter run without spaces (quadratic in the js-tiktoken BPE) is counted in bounded time and compressed to the budget', async () => {
     const t = Date.now();
-    const r = await run({ messages: [{ role: 'user', content: 'first' }, { role: 'assistant', content: 'x'.repeat(390_000) }, { role: 'user', content: 'next?' }], budget_tokens: 100 });
+    const r = await run({
+      messages: [
+        { role: 'user', content: 'first' },
+        { role: 'assistant', content: 'x'.repeat(390_000) },
+        { role: 'user', content: 'next?' },
+      ],
+      budget_tokens: 100,
+    });
     expect(r.tokens_after).toBeLessThanOrEqual(100);
     expect(r.tokens_before).toBeGreaterThan(40_000);
     expect(Date.now() - t).toBeLessThan(5000);

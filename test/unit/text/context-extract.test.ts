@@ -10,9 +10,33 @@ const run = (input: unknown) => contextExtract.handler(contextExtract.input.pars
 
 describe('context_extract', () => {
   it('quotes slice back out of their messages (property, messages and transcripts)', async () => {
-    const line = fc.array(fc.oneof(fc.lorem({ maxCount: 12 }), fc.constantFrom('We decided to ship on Monday.', 'TODO: fix the flaky test', 'Is it done?', 'It must not exceed 5 MB.', 'See https://example.com/x.', 'I wrote src/app.ts. ', 'e.g. this. ', '```\ncode\n```')), { maxLength: 6 }).map((p) => p.join(' '));
+    const line = fc
+      .array(
+        fc.oneof(
+          fc.lorem({ maxCount: 12 }),
+          fc.constantFrom(
+            'We decided to ship on Monday.',
+            'TODO: fix the flaky test',
+            'Is it done?',
+            'It must not exceed 5 MB.',
+            'See https://example.com/x.',
+            'I wrote src/app.ts. ',
+            'e.g. this. ',
+            '```\ncode\n```',
+          ),
+        ),
+        { maxLength: 6 },
+      )
+      .map((p) => p.join(' '));
     await fc.assert(
-      fc.asyncProperty(fc.oneof(conversationArb.map((messages) => ({ messages })), fc.array(fc.tuple(fc.constantFrom('user', 'assistant', 'system'), line), { minLength: 1, maxLength: 8 }).map((ls) => ({ transcript: ls.map(([r, t]) => `${r}: ${t}`).join('\n') }))), async (input) => {
+      fc.asyncProperty(
+        fc.oneof(
+          conversationArb.map((messages) => ({ messages })),
+          fc
+            .array(fc.tuple(fc.constantFrom('user', 'assistant', 'system'), line), { minLength: 1, maxLength: 8 })
+            .map((ls) => ({ transcript: ls.map(([r, t]) => `${r}: ${t}`).join('\n') })),
+        ),
+        async (input) => {
           const r = await run(input);
           const messages = conversationOf(contextExtract.input.parse(input));
           for (const it of r.items) expect(messages[it.message_index]!.content!.slice(it.start, it.end)).toBe(it.text);
@@ -24,7 +48,8 @@ describe('context_extract', () => {
           }
           expect(contextExtract.outputSchema!.safeParse(r).success).toBe(true);
           expect(JSON.stringify(await run(input))).toBe(JSON.stringify(r));
-        }),
+        },
+      ),
       { numRuns: 60 },
     );
   });

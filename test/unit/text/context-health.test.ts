@@ -50,7 +50,14 @@ describe('context_health', () => {
   it('refuses input past the caps and ambiguous input', () => {
     expect(contextHealth.input.safeParse({ transcript: 'x'.repeat(400_001) }).success).toBe(false);
     expect(contextHealth.input.safeParse({ messages: Array.from({ length: 1001 }, () => ({ role: 'user', content: 'a' })) }).success).toBe(false);
-    expect(contextHealth.input.safeParse({ messages: [{ role: 'user', content: 'x'.repeat(200_001) }, { role: 'user', content: 'x'.repeat(200_000) }] }).success).toBe(false);
+    expect(
+      contextHealth.input.safeParse({
+        messages: [
+          { role: 'user', content: 'x'.repeat(200_001) },
+          { role: 'user', content: 'x'.repeat(200_000) },
+        ],
+      }).success,
+    ).toBe(false);
     expect(contextHealth.input.safeParse({ messages: [{ role: 'user', content: 'a' }], transcript: 'user: a' }).success).toBe(false);
     expect(contextHealth.input.safeParse({}).success).toBe(false);
   });

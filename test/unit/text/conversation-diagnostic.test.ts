@@ -11,20 +11,28 @@ const run = (input: unknown) => conversationDiagnostic.handler(conversationDiagn
 describe('conversation_diagnostic', () => {
   it('three identical tool calls give retry_storm with those indices (property: any position, any filler)', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.array(fc.constantFrom('thinking', 'still working on it', 'one moment'), { minLength: 3, maxLength: 3 }), fc.constantFrom('deploy', 'search'), async (fillers, name) => {
-        const messages: Message[] = [{ role: 'user', content: 'Do it.' }];
-        const indices: number[] = [];
-        fillers.forEach((f, k) => {
-          indices.push(messages.length);
-          messages.push({ role: 'assistant', content: null, tool_calls: [{ id: `t${k}`, type: 'function', function: { name, arguments: '{"a":1,"b":2}' } }] });
-          messages.push({ role: 'tool', tool_call_id: `t${k}`, content: 'ok' });
-          messages.push({ role: 'assistant', content: `${f} ${k}` });
-        });
-        const r = await run({ messages });
-        const storm = r.findings.filter((f) => f.check === 'retry_storm');
-        expect(storm).toHaveLength(1);
-        expect(storm[0]!.message_indices).toEqual(indices);
-      }),
+      fc.asyncProperty(
+        fc.array(fc.constantFrom('thinking', 'still working on it', 'one moment'), { minLength: 3, maxLength: 3 }),
+        fc.constantFrom('deploy', 'search'),
+        async (fillers, name) => {
+          const messages: Message[] = [{ role: 'user', content: 'Do it.' }];
+          const indices: number[] = [];
+          fillers.forEach((f, k) => {
+            indices.push(messages.length);
+            messages.push({
+              role: 'assistant',
+              content: null,
+              tool_calls: [{ id: `t${k}`, type: 'function', function: { name, arguments: '{"a":1,"b":2}' } }],
+            });
+            messages.push({ role: 'tool', tool_call_id: `t${k}`, content: 'ok' });
+            messages.push({ role: 'assistant', content: `${f} ${k}` });
+          });
+          const r = await run({ messages });
+          const storm = r.findings.filter((f) => f.check === 'retry_storm');
+          expect(storm).toHaveLength(1);
+          expect(storm[0]!.message_indices).toEqual(indices);
+        },
+      ),
       { numRuns: 20 },
     );
   });
@@ -44,13 +52,18 @@ describe('conversation_diagnostic', () => {
   });
 
   it('loops, language switch, souring sentiment, JSON format drift', async () => {
-    const loop = await run({ transcript: 'user: fix it\nassistant: Let me check the configuration file again.\nuser: and?\nassistant: Let me check the configuration file again.\nuser: ??\nassistant: Let me check the configuration file again.' });
+    const loop = await run({
+      transcript:
+        'user: fix it\nassistant: Let me check the configuration file again.\nuser: and?\nassistant: Let me check the configuration file again.\nuser: ??\nassistant: Let me check the configuration file again.',
+    });
     expect(loop.findings.find((f) => f.check === 'loop')!.message_indices).toEqual([1, 3, 5]);
     const en = 'Could you please explain how the deployment pipeline works for the staging environment today?';
     const fr = 'Pouvez-vous expliquer comment fonctionne le pipeline de déploiement pour cet environnement aujourd’hui ?';
     const lang = await run({ transcript: `user: ${en}\nassistant: ok\nuser: ${fr}` });
     expect(lang.findings.find((f) => f.check === 'language_switch')!.message_indices).toEqual([2]);
-    const sour = await run({ transcript: 'user: great, thanks, love it\nuser: good job\nuser: this is terrible and broken\nuser: awful, I hate this, useless' });
+    const sour = await run({
+      transcript: 'user: great, thanks, love it\nuser: good job\nuser: this is terrible and broken\nuser: awful, I hate this, useless',
+    });
     expect(sour.findings.find((f) => f.check === 'souring_sentiment')!.message_indices).toEqual([2, 3]);
     const json = await run({ transcript: 'system: Reply in JSON only.\nuser: a\nassistant: {"ok":true}\nuser: b\nassistant: Sure! Here it is.' });
     expect(json.findings.find((f) => f.check === 'format_drift')!.message_indices).toEqual([4]);

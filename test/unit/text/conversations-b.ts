@@ -4,14 +4,23 @@ import type { Message } from '../../../src/tools/text/conversation.js';
 /** Valid chat conversations: a system message, then turns of user / assistant (with answered tool calls). */
 const text = fc.oneof(
   fc.lorem({ maxCount: 40 }),
-  fc.constantFrom('Retry the deploy.', 'The build failed with error 42.', 'We decided to use Postgres 16.', 'TODO: write the migration', 'Is the cache warm?', 'OK.'),
+  fc.constantFrom(
+    'Retry the deploy.',
+    'The build failed with error 42.',
+    'We decided to use Postgres 16.',
+    'TODO: write the migration',
+    'Is the cache warm?',
+    'OK.',
+  ),
 );
 
 export const conversationArb: fc.Arbitrary<Message[]> = fc
   .array(
     fc.record({
       user: text,
-      calls: fc.array(fc.record({ name: fc.constantFrom('search', 'logs', 'fetch'), args: fc.constantFrom('{}', '{"q":"x"}', '{"id":7}'), out: text }), { maxLength: 3 }),
+      calls: fc.array(fc.record({ name: fc.constantFrom('search', 'logs', 'fetch'), args: fc.constantFrom('{}', '{"q":"x"}', '{"id":7}'), out: text }), {
+        maxLength: 3,
+      }),
       answer: text,
     }),
     { minLength: 1, maxLength: 12 },

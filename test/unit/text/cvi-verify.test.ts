@@ -11,27 +11,39 @@ const SOURCE = 'In 2023 Acme had 340 employees. Revenue rose 12% to $4.2 million
 describe('cvi_verify', () => {
   it('a changed number gives conflict; the stated number is supported (property)', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.integer({ min: 1, max: 100_000 }), fc.integer({ min: 1, max: 100_000 }), fc.constantFrom('employees', 'stores', 'patents'), async (n, m, noun) => {
-        fc.pre(n !== m);
-        const source = `Last year the firm Zenith operated ${n.toLocaleString('en')} ${noun} across its regions.`;
-        const r = await run({ claims: [`Zenith operated ${n} ${noun} across its regions.`, `Zenith operated ${m} ${noun} across its regions.`], sources: [source] });
-        expect(r.results[0]!.verdict).toBe('supported');
-        expect(r.results[1]!.verdict).toBe('conflict');
-        expect(r.results[1]!.number_mismatches[0]).toMatchObject({ claim_value: String(m), source_values: [String(n)] });
-        expect(cviVerify.outputSchema!.safeParse(r).success).toBe(true);
-      }),
+      fc.asyncProperty(
+        fc.integer({ min: 1, max: 100_000 }),
+        fc.integer({ min: 1, max: 100_000 }),
+        fc.constantFrom('employees', 'stores', 'patents'),
+        async (n, m, noun) => {
+          fc.pre(n !== m);
+          const source = `Last year the firm Zenith operated ${n.toLocaleString('en')} ${noun} across its regions.`;
+          const r = await run({
+            claims: [`Zenith operated ${n} ${noun} across its regions.`, `Zenith operated ${m} ${noun} across its regions.`],
+            sources: [source],
+          });
+          expect(r.results[0]!.verdict).toBe('supported');
+          expect(r.results[1]!.verdict).toBe('conflict');
+          expect(r.results[1]!.number_mismatches[0]).toMatchObject({ claim_value: String(m), source_values: [String(n)] });
+          expect(cviVerify.outputSchema!.safeParse(r).success).toBe(true);
+        },
+      ),
       { numRuns: 50 },
     );
   });
 
   it('evidence quotes slice back out of their sources, deterministically (property)', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.array(fc.lorem({ maxCount: 30 }), { minLength: 1, maxLength: 4 }), fc.array(fc.lorem({ maxCount: 8 }), { minLength: 1, maxLength: 5 }), async (sources, claims) => {
-        const input = { claims, sources: sources.map((text, i) => ({ id: `d${i}`, text })) };
-        const r = await run(input);
-        for (const res of r.results) for (const e of res.evidence) expect(sources[e.source_index]!.slice(e.start, e.end)).toBe(e.quote);
-        expect(JSON.stringify(await run(input))).toBe(JSON.stringify(r));
-      }),
+      fc.asyncProperty(
+        fc.array(fc.lorem({ maxCount: 30 }), { minLength: 1, maxLength: 4 }),
+        fc.array(fc.lorem({ maxCount: 8 }), { minLength: 1, maxLength: 5 }),
+        async (sources, claims) => {
+          const input = { claims, sources: sources.map((text, i) => ({ id: `d${i}`, text })) };
+          const r = await run(input);
+          for (const res of r.results) for (const e of res.evidence) expect(sources[e.source_index]!.slice(e.start, e.end)).toBe(e.quote);
+          expect(JSON.stringify(await run(input))).toBe(JSON.stringify(r));
+        },
+      ),
       { numRuns: 40 },
     );
   });

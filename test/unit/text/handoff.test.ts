@@ -9,7 +9,7 @@ const { ctx } = makeToolContext();
 const run = (input: unknown) => handoff.handler(handoff.input.parse(input), ctx);
 
 describe('handoff', () => {
-  it("the brief fits its budget when recounted (property, including huge messages)", async () => {
+  it('the brief fits its budget when recounted (property, including huge messages)', async () => {
     const huge = fc.constantFrom('', 'We decided to keep it. '.repeat(400), 'TODO: x. '.repeat(900), 'word '.repeat(3000));
     await fc.assert(
       fc.asyncProperty(conversationArb, huge, fc.integer({ min: 200, max: 8000 }), async (messages, extra, budget) => {

@@ -17,13 +17,18 @@ describe('countTokensA (text group A token counts)', () => {
 
   it('equals them on long runs without spaces (where merging order matters)', () => {
     fc.assert(
-      fc.property(fc.array(fc.constantFrom('a', 'b', 'ab', 'ing', 'e', 'x', 'Z', 'é'), { minLength: 50, maxLength: 400 }), fc.constantFrom('o200k_base' as const, 'cl100k_base' as const), (parts, e) => {
-        const text = parts.join('');
-        expect(countTokensA(text, e)).toBe(enc[e].encode(text).length);
-      }),
+      fc.property(
+        fc.array(fc.constantFrom('a', 'b', 'ab', 'ing', 'e', 'x', 'Z', 'é'), { minLength: 50, maxLength: 400 }),
+        fc.constantFrom('o200k_base' as const, 'cl100k_base' as const),
+        (parts, e) => {
+          const text = parts.join('');
+          expect(countTokensA(text, e)).toBe(enc[e].encode(text).length);
+        },
+      ),
       { numRuns: 60 },
     );
-    for (const text of ['a'.repeat(2000), 'ab'.repeat(900), 'Supercalifragilistic'.repeat(50)]) expect(countTokensA(text)).toBe(enc.o200k_base.encode(text).length);
+    for (const text of ['a'.repeat(2000), 'ab'.repeat(900), 'Supercalifragilistic'.repeat(50)])
+      expect(countTokensA(text)).toBe(enc.o200k_base.encode(text).length);
   });
 
   it('counts special-token spellings as text instead of throwing', () => {

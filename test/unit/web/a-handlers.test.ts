@@ -53,13 +53,23 @@ beforeAll(async () => {
       '/article': [200, { 'content-type': 'text/html' }, `<html><head><title>Our contract tool</title></head><body><main><p>${IDEA}</p></main></body></html>`],
     }),
   );
-  tlsSite = await startHttpTarget(routes({ '/': [200, { 'content-type': 'text/plain', 'strict-transport-security': 'max-age=63072000' }, 'secure hello'] }), { tls: true });
+  tlsSite = await startHttpTarget(routes({ '/': [200, { 'content-type': 'text/plain', 'strict-transport-security': 'max-age=63072000' }, 'secure hello'] }), {
+    tls: true,
+  });
   // Not in FETCH_ALLOWED_HOSTS: nothing may ever connect to it.
   forbidden = await startHttpTarget(routes({ '/': [200, {}, 'secret'] }));
   closed = await startHttpTarget(routes({ '/robots.txt': [200, { 'content-type': 'text/plain' }, 'User-agent: *\nDisallow: /\n'], '/': [200, {}, 'home'] }));
   rdap = await startHttpTarget(
     routes({
-      '/domain/intel.test': [200, { 'content-type': 'application/rdap+json' }, JSON.stringify({ ldhName: 'intel.test', events: [{ eventAction: 'registration', eventDate: '2001-02-03T00:00:00Z' }], entities: [{ roles: ['registrar'], vcardArray: ['vcard', [['fn', {}, 'text', 'Test Registrar']]] }] })],
+      '/domain/intel.test': [
+        200,
+        { 'content-type': 'application/rdap+json' },
+        JSON.stringify({
+          ldhName: 'intel.test',
+          events: [{ eventAction: 'registration', eventDate: '2001-02-03T00:00:00Z' }],
+          entities: [{ roles: ['registrar'], vcardArray: ['vcard', [['fn', {}, 'text', 'Test Registrar']]] }],
+        }),
+      ],
     }),
   );
   deadPort = await closedPort();
@@ -131,14 +141,21 @@ describe('web_search', () => {
       suggestions: [],
       answers: [],
     });
-    expect(search.requests[0]!.params).toMatchObject({ q: 'tollgate credits', format: 'json', pageno: '1', language: 'en', time_range: 'month', safesearch: '1' });
+    expect(search.requests[0]!.params).toMatchObject({
+      q: 'tollgate credits',
+      format: 'json',
+      pageno: '1',
+      language: 'en',
+      time_range: 'month',
+      safesearch: '1',
+    });
   });
 
   it('without a search upstream, or with one that fails: tool_unavailable', async () => {
     expect((await failure(run(webSearch as AnyTool, { query: 'x' }, ctxFor({}, false)))).code).toBe('tool_unavailable');
     search.failWith = 500;
     try {
-      expect((await failure(run(webSearch as AnyTool, { query: 'x' })))).toMatchObject({ code: 'tool_unavailable', status: 503 });
+      expect(await failure(run(webSearch as AnyTool, { query: 'x' }))).toMatchObject({ code: 'tool_unavailable', status: 503 });
     } finally {
       search.failWith = null;
     }
@@ -156,7 +173,12 @@ describe('deploy_verify', () => {
   it('reports a self-signed certificate as authorized:false with days_left, read from the same socket', async () => {
     const out = await run<DeployVerifyOutput>(deployVerify as AnyTool, { url: tlsSite.url('/'), expect_text: 'secure hello', min_tls_days: 30 });
     expect(out.status).toBe(200);
-    expect(out.tls).toMatchObject({ authorized: false, error: 'DEPTH_ZERO_SELF_SIGNED_CERT', issuer: 'localhost', san: ['IP Address:127.0.0.1', 'DNS:localhost'] });
+    expect(out.tls).toMatchObject({
+      authorized: false,
+      error: 'DEPTH_ZERO_SELF_SIGNED_CERT',
+      issuer: 'localhost',
+      san: ['IP Address:127.0.0.1', 'DNS:localhost'],
+    });
     expect(out.tls!.days_left).toBeGreaterThan(30_000);
     expect(out.security_headers!['strict-transport-security']).toBe('max-age=63072000');
     expect(out.checks.find((c) => c.name === 'tls_trusted')).toMatchObject({ pass: false });
@@ -176,15 +198,32 @@ describe('deploy_verify', () => {
   });
 
   it('expect_* checks pass when they hold and fail when they do not; redirects are followed', async () => {
-    const good = await run<DeployVerifyOutput>(deployVerify as AnyTool, { url: site.url('/hop'), expect_status: 200, expect_text: 'Welcome to v2', expect_headers: { 'X-Version': 'v2.3', server: 'nginx' }, max_ms: 10_000 });
+    const good = await run<DeployVerifyOutput>(deployVerify as AnyTool, {
+      url: site.url('/hop'),
+      expect_status: 200,
+      expect_text: 'Welcome to v2',
+      expect_headers: { 'X-Version': 'v2.3', server: 'nginx' },
+      max_ms: 10_000,
+    });
     expect(good.ok).toBe(true);
     expect(good.redirects).toEqual([{ url: site.url('/hop'), status: 302, location: site.url('/') }]);
     expect(good.final_url).toBe(site.url('/'));
     expect(good.checks.every((c) => c.pass)).toBe(true);
     expect(good.security_headers!['x-content-type-options']).toBe('nosniff');
-    const bad = await run<DeployVerifyOutput>(deployVerify as AnyTool, { url: site.url('/'), expect_status: [201, 204], expect_text: 'welcome TO v2', expect_headers: { 'x-version': 'v3' }, max_ms: 1 });
+    const bad = await run<DeployVerifyOutput>(deployVerify as AnyTool, {
+      url: site.url('/'),
+      expect_status: [201, 204],
+      expect_text: 'welcome TO v2',
+      expect_headers: { 'x-version': 'v3' },
+      max_ms: 1,
+    });
     expect(bad.ok).toBe(false);
-    expect(Object.fromEntries(bad.checks.map((c) => [c.name, c.pass]))).toEqual({ status: false, expect_text: false, 'expect_headers:x-version': false, max_ms: false });
+    expect(Object.fromEntries(bad.checks.map((c) => [c.name, c.pass]))).toEqual({
+      status: false,
+      expect_text: false,
+      'expect_headers:x-version': false,
+      max_ms: false,
+    });
   });
 
   it('polls until the checks pass, reporting progress per attempt', async () => {
@@ -253,12 +292,25 @@ describe('grabr_wayback', () => {
       { timestamp: '20210101000000', original: 'https://w.test/', digest: 'D2', statuscode: '404' },
       { timestamp: '20220101000000', original: 'https://w.test/', digest: 'D3' },
     ];
-    cdx.snapshots.set('20220101000000/https://w.test/', { contentType: 'text/html; charset=utf-8', body: '<html><head><title>Old W</title></head><body><p>Archived words.</p></body></html>' });
+    cdx.snapshots.set('20220101000000/https://w.test/', {
+      contentType: 'text/html; charset=utf-8',
+      body: '<html><head><title>Old W</title></head><body><p>Archived words.</p></body></html>',
+    });
   });
 
   it('maps the request onto CDX parameters and counts distinct versions', async () => {
     const out = await run<GrabrWaybackOutput>(grabrWayback as AnyTool, { url: 'w.test', match: 'host', from: '2019', to: '2021', limit: 10, order: 'oldest' });
-    expect(cdx.cdxRequests).toEqual([{ url: 'https://w.test/', output: 'json', matchType: 'host', fl: 'timestamp,original,statuscode,mimetype,digest,length', from: '2019', to: '2021', limit: '10' }]);
+    expect(cdx.cdxRequests).toEqual([
+      {
+        url: 'https://w.test/',
+        output: 'json',
+        matchType: 'host',
+        fl: 'timestamp,original,statuscode,mimetype,digest,length',
+        from: '2019',
+        to: '2021',
+        limit: '10',
+      },
+    ]);
     expect(out.captures.map((c) => [c.timestamp, c.status, c.digest])).toEqual([
       ['20190101000000', 200, 'D1'],
       ['20200101000000', 200, 'D1'],
@@ -344,7 +396,11 @@ describe('grabr_intel', () => {
 
   it('reads the certificate when the origin is https (self-signed: authorized false)', async () => {
     dns.set('tls.test', { A: ['127.0.0.1'] });
-    const out = await run<GrabrIntelOutput>(grabrIntel as AnyTool, { domain: `https://tls.test:${tlsSite.port}/` }, ctxFor({ FETCH_ALLOWED_HOSTS: `tls.test:${tlsSite.port}` }));
+    const out = await run<GrabrIntelOutput>(
+      grabrIntel as AnyTool,
+      { domain: `https://tls.test:${tlsSite.port}/` },
+      ctxFor({ FETCH_ALLOWED_HOSTS: `tls.test:${tlsSite.port}` }),
+    );
     expect(out.tls).toMatchObject({ authorized: false, error: 'DEPTH_ZERO_SELF_SIGNED_CERT' });
     expect(out.tls!.days_left).toBeGreaterThan(1000);
     // The guarded client verifies certificates, so the page itself is unavailable.
@@ -389,8 +445,17 @@ describe('grabr_intel', () => {
     );
     try {
       dns.set('hop.test', { A: ['127.0.0.1'] });
-      const out = await run<GrabrIntelOutput>(grabrIntel as AnyTool, { domain: `http://hop.test:${hop.port}/` }, ctxFor({ FETCH_ALLOWED_HOSTS: `hop.test:${hop.port}` }));
-      expect(out.http).toMatchObject({ url: `http://hop.test:${hop.port}/`, final_url: `http://hop.test:${hop.port}/en/`, status: 200, redirects: [{ url: `http://hop.test:${hop.port}/`, status: 301, location: `http://hop.test:${hop.port}/en/` }] });
+      const out = await run<GrabrIntelOutput>(
+        grabrIntel as AnyTool,
+        { domain: `http://hop.test:${hop.port}/` },
+        ctxFor({ FETCH_ALLOWED_HOSTS: `hop.test:${hop.port}` }),
+      );
+      expect(out.http).toMatchObject({
+        url: `http://hop.test:${hop.port}/`,
+        final_url: `http://hop.test:${hop.port}/en/`,
+        status: 200,
+        redirects: [{ url: `http://hop.test:${hop.port}/`, status: 301, location: `http://hop.test:${hop.port}/en/` }],
+      });
       expect(out.seo!.title).toBe('English');
     } finally {
       await hop.close();
@@ -417,7 +482,19 @@ describe('grabr_intel', () => {
         const html = u.endsWith('/robots.txt') ? 'User-agent: *\nAllow: /\n' : '<html><head><title>Plain</title></head><body></body></html>';
         const body = Buffer.from(html);
         const type = u.endsWith('/robots.txt') ? 'text/plain' : 'text/html';
-        return { url: u, final_url: u, status: 200, headers: { 'content-type': type }, content_type: type, charset: null, body, bytes: body.length, truncated: false, redirects: [], text: () => html };
+        return {
+          url: u,
+          final_url: u,
+          status: 200,
+          headers: { 'content-type': type },
+          content_type: type,
+          charset: null,
+          body,
+          bytes: body.length,
+          truncated: false,
+          redirects: [],
+          text: () => html,
+        };
       },
     };
     const out = await run<GrabrIntelOutput>(grabrIntel as AnyTool, { domain: 'plain.test' }, made);

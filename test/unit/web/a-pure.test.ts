@@ -73,7 +73,16 @@ describe('SPF and DMARC', () => {
 
   it('parses DMARC tags and warns about monitoring-only policies', () => {
     const d = parseDmarc(['v=DMARC1; p=reject; sp=quarantine; pct=50; rua=mailto:a@example.com,mailto:b@example.com; adkim=s'])!;
-    expect(d).toMatchObject({ valid: true, policy: 'reject', subdomain_policy: 'quarantine', pct: 50, rua: ['mailto:a@example.com', 'mailto:b@example.com'], ruf: [], adkim: 's', aspf: null });
+    expect(d).toMatchObject({
+      valid: true,
+      policy: 'reject',
+      subdomain_policy: 'quarantine',
+      pct: 50,
+      rua: ['mailto:a@example.com', 'mailto:b@example.com'],
+      ruf: [],
+      adkim: 's',
+      aspf: null,
+    });
     expect(d.warnings).toEqual(['pct=50: the policy applies to only 50% of failing mail']);
     const none = parseDmarc(['v=DMARC1; p=none'])!;
     expect(none.policy).toBe('none');
@@ -89,7 +98,11 @@ describe('discovery_collision scoring', () => {
   it('derives queries from noun phrases, deterministically and within the maximum', () => {
     expect(nounPhrases(idea)).toEqual(['browser extension', 'long legal contracts', 'freelancers', 'risky payment clauses']);
     const a = collisionQueriesTask({ idea, max: 3 });
-    expect(a.queries).toEqual(['browser extension long legal contracts freelancers', 'browser extension long legal contracts', 'long legal contracts freelancers']);
+    expect(a.queries).toEqual([
+      'browser extension long legal contracts freelancers',
+      'browser extension long legal contracts',
+      'long legal contracts freelancers',
+    ]);
     expect(collisionQueriesTask({ idea, max: 3 })).toEqual(a);
     expect(collisionQueriesTask({ idea, max: 1 }).queries).toHaveLength(1);
     expect(collisionQueriesTask({ idea: 'quickly and slowly, then again and again', max: 3 }).queries.length).toBeLessThanOrEqual(1);
@@ -98,7 +111,11 @@ describe('discovery_collision scoring', () => {
   it('scores a copy of the idea 1 and an unrelated text near 0; inflections match through stemming', () => {
     const { results } = collisionScoreTask({
       idea,
-      docs: [[`Unrelated\nA recipe for sourdough bread with a long cold proof.`], [`Contract summariser\n${idea}`], [`Summarising contracts\nThis extension summarised legal contract clauses.`]],
+      docs: [
+        [`Unrelated\nA recipe for sourdough bread with a long cold proof.`],
+        [`Contract summariser\n${idea}`],
+        [`Summarising contracts\nThis extension summarised legal contract clauses.`],
+      ],
     });
     expect(results[1]!.score).toBeGreaterThan(0.9);
     expect(results[0]!.score).toBeLessThan(0.1);
@@ -136,11 +153,24 @@ describe('grabr_intel pieces', () => {
       html: true,
     });
     expect(out.fingerprints_version).toBe(FINGERPRINTS_VERSION);
-    expect(out.seo).toMatchObject({ title: 'Acme Widgets', description: 'Widgets for everyone', canonical: 'https://acme.test/home', h1_count: 2, robots_meta: 'noindex, follow', lang: 'en', viewport: false });
+    expect(out.seo).toMatchObject({
+      title: 'Acme Widgets',
+      description: 'Widgets for everyone',
+      canonical: 'https://acme.test/home',
+      h1_count: 2,
+      robots_meta: 'noindex, follow',
+      lang: 'en',
+      viewport: false,
+    });
     expect(out.seo!.issues).toEqual(expect.arrayContaining(['2 h1 headings', 'robots meta says noindex', 'no viewport meta (not mobile-friendly)']));
     const names = out.tech.map((t) => t.name);
     expect(names).toEqual(['nginx', 'PHP', 'Cloudflare', 'WordPress', 'jQuery', 'Google Analytics']);
-    expect(out.tech.find((t) => t.name === 'nginx')).toEqual({ name: 'nginx', category: 'server', version: '1.25.3', evidence: ['header server: nginx/1.25.3'] });
+    expect(out.tech.find((t) => t.name === 'nginx')).toEqual({
+      name: 'nginx',
+      category: 'server',
+      version: '1.25.3',
+      evidence: ['header server: nginx/1.25.3'],
+    });
     expect(out.tech.find((t) => t.name === 'WordPress')!.version).toBe('6.4.2');
     expect(out.tech.find((t) => t.name === 'PHP')!.evidence).toEqual(['cookie PHPSESSID']);
   });
@@ -155,9 +185,24 @@ describe('grabr_intel pieces', () => {
   });
 
   it('robots: rules for the user agent, summary, and RFC 9309 for 4xx/5xx', () => {
-    const text = 'User-agent: TollgateGrabr\nDisallow: /private\n\nUser-agent: *\nDisallow: /\nAllow: /public\nCrawl-delay: 5\nSitemap: https://a.test/sitemap.xml\n';
-    const out = robotsTask({ url: 'https://a.test/robots.txt', status: 200, text, userAgent: 'TollgateGrabr/0.1', urls: ['https://a.test/', 'https://a.test/private/x'] });
-    expect(out).toEqual({ allowed: [true, false], found: true, sitemaps: ['https://a.test/sitemap.xml'], crawl_delay: null, user_agents: ['TollgateGrabr', '*'], disallow_rules: 2, allow_rules: 1 });
+    const text =
+      'User-agent: TollgateGrabr\nDisallow: /private\n\nUser-agent: *\nDisallow: /\nAllow: /public\nCrawl-delay: 5\nSitemap: https://a.test/sitemap.xml\n';
+    const out = robotsTask({
+      url: 'https://a.test/robots.txt',
+      status: 200,
+      text,
+      userAgent: 'TollgateGrabr/0.1',
+      urls: ['https://a.test/', 'https://a.test/private/x'],
+    });
+    expect(out).toEqual({
+      allowed: [true, false],
+      found: true,
+      sitemaps: ['https://a.test/sitemap.xml'],
+      crawl_delay: null,
+      user_agents: ['TollgateGrabr', '*'],
+      disallow_rules: 2,
+      allow_rules: 1,
+    });
     expect(robotsTask({ url: 'https://a.test/robots.txt', status: 200, text, userAgent: 'Other', urls: ['https://a.test/'] }).allowed).toEqual([false]);
     expect(robotsTask({ url: 'https://a.test/robots.txt', status: 404, text: '', userAgent: 'X', urls: ['https://a.test/'] }).allowed).toEqual([true]);
     expect(robotsTask({ url: 'https://a.test/robots.txt', status: 503, text: '', userAgent: 'X', urls: ['https://a.test/'] }).allowed).toEqual([false]);
@@ -173,7 +218,19 @@ describe('grabr_intel pieces', () => {
         { eventAction: 'registration', eventDate: '1995-08-14T04:00:00Z' },
         { eventAction: 'expiration', eventDate: '2026-08-13T04:00:00Z' },
       ],
-      entities: [{ roles: ['registrar'], handle: '376', vcardArray: ['vcard', [['version', {}, 'text', '4.0'], ['fn', {}, 'text', 'RESERVED-IANA']]] }],
+      entities: [
+        {
+          roles: ['registrar'],
+          handle: '376',
+          vcardArray: [
+            'vcard',
+            [
+              ['version', {}, 'text', '4.0'],
+              ['fn', {}, 'text', 'RESERVED-IANA'],
+            ],
+          ],
+        },
+      ],
       nameservers: [{ ldhName: 'A.IANA-SERVERS.NET' }],
     });
     expect(r).toEqual({
@@ -194,7 +251,15 @@ describe('grabr_intel pieces', () => {
 describe('grabr_wayback pieces', () => {
   it('maps the request onto CDX parameters', () => {
     const q = cdxQuery('https://cdx.test/cdx', { url: 'https://a.test/', match: 'prefix', from: '2019', to: '2020', limit: 25, order: 'newest' });
-    expect(Object.fromEntries(q.searchParams)).toEqual({ url: 'https://a.test/', output: 'json', matchType: 'prefix', fl: 'timestamp,original,statuscode,mimetype,digest,length', from: '2019', to: '2020', limit: '-25' });
+    expect(Object.fromEntries(q.searchParams)).toEqual({
+      url: 'https://a.test/',
+      output: 'json',
+      matchType: 'prefix',
+      fl: 'timestamp,original,statuscode,mimetype,digest,length',
+      from: '2019',
+      to: '2020',
+      limit: '-25',
+    });
     expect(cdxQuery('https://cdx.test/cdx', { url: 'https://a.test/', match: 'exact', limit: 5, order: 'oldest' }).searchParams.get('limit')).toBe('5');
   });
 
@@ -205,8 +270,24 @@ describe('grabr_wayback pieces', () => {
       ['20190101000000', 'https://a.test/', '-', 'BBB'],
     ];
     expect(parseCdxRows(rows, 'https://arch.test/web/')).toEqual([
-      { timestamp: '20190101000000', original: 'https://a.test/', status: null, mimetype: null, digest: 'BBB', length: null, archive_url: 'https://arch.test/web/20190101000000/https://a.test/' },
-      { timestamp: '20200101000000', original: 'https://a.test/', status: 200, mimetype: null, digest: 'AAA', length: null, archive_url: 'https://arch.test/web/20200101000000/https://a.test/' },
+      {
+        timestamp: '20190101000000',
+        original: 'https://a.test/',
+        status: null,
+        mimetype: null,
+        digest: 'BBB',
+        length: null,
+        archive_url: 'https://arch.test/web/20190101000000/https://a.test/',
+      },
+      {
+        timestamp: '20200101000000',
+        original: 'https://a.test/',
+        status: 200,
+        mimetype: null,
+        digest: 'AAA',
+        length: null,
+        archive_url: 'https://arch.test/web/20200101000000/https://a.test/',
+      },
     ]);
     expect(parseCdxRows([], 'x')).toEqual([]);
     expect(() => parseCdxRows({ not: 'rows' }, 'x')).toThrow(AppError);
@@ -229,7 +310,20 @@ describe('deploy_verify checks', () => {
   const by = (checks: Array<{ name: string; pass: boolean }>) => Object.fromEntries(checks.map((c) => [c.name, c.pass]));
 
   it('passes what holds and fails what does not', () => {
-    expect(by(evaluate({ expect_status: [200, 204], expect_text: 'Welcome to v2', expect_headers: { 'Content-Type': 'TEXT/HTML', 'x-version': '' }, max_ms: 500, min_tls_days: 14 }, base))).toEqual({
+    expect(
+      by(
+        evaluate(
+          {
+            expect_status: [200, 204],
+            expect_text: 'Welcome to v2',
+            expect_headers: { 'Content-Type': 'TEXT/HTML', 'x-version': '' },
+            max_ms: 500,
+            min_tls_days: 14,
+          },
+          base,
+        ),
+      ),
+    ).toEqual({
       status: true,
       tls_trusted: true,
       expect_text: true,
@@ -238,7 +332,14 @@ describe('deploy_verify checks', () => {
       max_ms: true,
       min_tls_days: true,
     });
-    expect(by(evaluate({ expect_status: 201, expect_text: 'welcome to v2', expect_headers: { 'x-version': 'v3', 'x-missing': '' }, max_ms: 100, min_tls_days: 30 }, base))).toEqual({
+    expect(
+      by(
+        evaluate(
+          { expect_status: 201, expect_text: 'welcome to v2', expect_headers: { 'x-version': 'v3', 'x-missing': '' }, max_ms: 100, min_tls_days: 30 },
+          base,
+        ),
+      ),
+    ).toEqual({
       status: false,
       tls_trusted: true,
       expect_text: false,
@@ -287,7 +388,10 @@ describe('inputs', () => {
       }
     }
     const { grabrIntel, splitDomain } = await import('../../../src/tools/web/grabr-intel.js');
-    expect(splitDomain(grabrIntel.input.parse({ domain: 'HTTPS://Bücher.example:8443/path?q=1' }).domain)).toEqual({ domain: 'xn--bcher-kva.example', origin: 'https://xn--bcher-kva.example:8443' });
+    expect(splitDomain(grabrIntel.input.parse({ domain: 'HTTPS://Bücher.example:8443/path?q=1' }).domain)).toEqual({
+      domain: 'xn--bcher-kva.example',
+      origin: 'https://xn--bcher-kva.example:8443',
+    });
     expect(splitDomain(grabrIntel.input.parse({ domain: 'Example.COM.' }).domain)).toEqual({ domain: 'example.com', origin: 'https://example.com' });
   });
 });
@@ -316,7 +420,13 @@ describe('worst cases of the pool tasks finish inside the tools\u2019 limits', (
     const robots = `User-agent: *\n${'Disallow: /*a*b*c*d*e*f*g*\n'.repeat(Math.floor((512 * 1024) / 28))}`;
     const started = performance.now();
     const page = intelPageTask({ body: Buffer.from(html), baseUrl: 'https://big.test/', headerCharset: 'utf-8', headers: { server: 'nginx' }, html: true });
-    const r = robotsTask({ url: 'https://big.test/robots.txt', status: 200, text: robots, userAgent: 'TollgateGrabr/0.1', urls: [`https://big.test/${'a'.repeat(2000)}`] });
+    const r = robotsTask({
+      url: 'https://big.test/robots.txt',
+      status: 200,
+      text: robots,
+      userAgent: 'TollgateGrabr/0.1',
+      urls: [`https://big.test/${'a'.repeat(2000)}`],
+    });
     const ms = performance.now() - started;
     expect(page.seo!.title).toBe('Big');
     expect(r.found).toBe(true);

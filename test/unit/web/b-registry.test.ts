@@ -34,7 +34,9 @@ describe('group B web tools declare what the registry needs', () => {
     expect(scrape!.input.parse({ url: 'example.com/a#x' })).toMatchObject({ url: 'https://example.com/a' });
     expect(scrape!.input.safeParse({ url: 'file:///etc/passwd' }).success).toBe(false);
     expect(scrape!.input.safeParse({ url: 'https://u:p@example.com/' }).success).toBe(false);
-    expect(scrape!.input.safeParse({ url: 'example.com', fields: Object.fromEntries(Array.from({ length: 51 }, (_, i) => [`f${i}`, 'p'])) }).success).toBe(false);
+    expect(scrape!.input.safeParse({ url: 'example.com', fields: Object.fromEntries(Array.from({ length: 51 }, (_, i) => [`f${i}`, 'p'])) }).success).toBe(
+      false,
+    );
     expect(scrape!.input.safeParse({ url: 'example.com', fields: { __proto__x: 'p' } }).success).toBe(false);
     expect(scrape!.input.safeParse({ url: 'example.com', fields: { a: { selector: 'p', attr: 'on"x' } } }).success).toBe(false);
     expect(contact!.input.safeParse({ url: 'example.com', max_pages: 11 }).success).toBe(false);

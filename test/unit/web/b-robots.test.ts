@@ -94,7 +94,9 @@ describe('robots.txt (robots.ts)', () => {
   });
 
   it('the pool task: rules for another origin say nothing; a hostile wildcard file stays bounded', () => {
-    expect(robotsCheckTask({ robotsUrl: 'https://a.test/robots.txt', text: 'User-agent: *\nDisallow: /', userAgent: 'X', urls: ['https://b.test/x'] }).allowed).toEqual([true]);
+    expect(
+      robotsCheckTask({ robotsUrl: 'https://a.test/robots.txt', text: 'User-agent: *\nDisallow: /', userAgent: 'X', urls: ['https://b.test/x'] }).allowed,
+    ).toEqual([true]);
     const hostile = 'User-agent: *\n' + Array.from({ length: 2000 }, () => `Disallow: /${'*a'.repeat(50)}$`).join('\n');
     const t0 = Date.now();
     const r = robotsCheckTask({ robotsUrl: 'https://a.test/robots.txt', text: hostile, userAgent: 'X', urls: [`https://a.test/${'a'.repeat(300)}b`] });

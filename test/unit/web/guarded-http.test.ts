@@ -45,7 +45,10 @@ function client(env: Record<string, string> = {}) {
 }
 
 async function failure(p: Promise<unknown>): Promise<AppError> {
-  const e = await p.then(() => null, (err: unknown) => err);
+  const e = await p.then(
+    () => null,
+    (err: unknown) => err,
+  );
   expect(e).toBeInstanceOf(AppError);
   return e as AppError;
 }

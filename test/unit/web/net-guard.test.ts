@@ -167,7 +167,13 @@ describe('PinnedAgent', () => {
     const agent = new PinnedAgent({ connectTimeoutMs: 2000 });
     try {
       // No resolver knows this name: the only way to reach the target is through the pin.
-      agent.pin({ hostPort: `pinned.invalid:${target.port}`, hostname: 'pinned.invalid', port: target.port, addresses: [{ address: '127.0.0.1', family: 4 }], exempt: true });
+      agent.pin({
+        hostPort: `pinned.invalid:${target.port}`,
+        hostname: 'pinned.invalid',
+        port: target.port,
+        addresses: [{ address: '127.0.0.1', family: 4 }],
+        exempt: true,
+      });
       const res = await request(`http://pinned.invalid:${target.port}/`, { dispatcher: agent.dispatcher });
       expect(await res.body.text()).toBe('hello');
       expect(target.requests[0]?.headers.host).toBe(`pinned.invalid:${target.port}`);

@@ -59,11 +59,7 @@ beforeAll(async () => {
       '/image': [200, { 'content-type': 'image/png', 'content-length': '4' }, Buffer.from([0x89, 0x50, 0x4e, 0x47])],
       '/latin1': [200, { 'content-type': 'text/html; charset=iso-8859-1' }, Buffer.from('<title>Caf\xe9 cr\xe8me</title><p>\xc0 bient\xf4t</p>', 'latin1')],
       '/sniffed': [200, {}, '<!DOCTYPE html><title>No header</title><p>Body text</p>'],
-      '/gzip': [
-        200,
-        { 'content-type': 'text/html', 'content-encoding': 'gzip' },
-        gzipSync('<title>Compressed</title><p>Squeezed text</p>'),
-      ],
+      '/gzip': [200, { 'content-type': 'text/html', 'content-encoding': 'gzip' }, gzipSync('<title>Compressed</title><p>Squeezed text</p>')],
       '/big': [200, { 'content-type': 'text/plain' }, 'x'.repeat(100_000)],
       '/exact': [200, { 'content-type': 'text/plain' }, 'y'.repeat(2048)],
       '/progress': [200, { 'content-type': 'text/plain', 'content-length': String(300 * 1024) }, 'z'.repeat(300 * 1024)],
@@ -98,7 +94,11 @@ let pool: SandboxPool | undefined;
 function isolate() {
   pool ??= new SandboxPool(loadConfig({}, { LOG_LEVEL: 'silent' }), pino({ level: 'silent' }));
   const p = pool;
-  return { isolate: ((task, payload) => p.runTask(task, payload, { owner: 'test', label: `page_fetch/${task}` })) as NonNullable<ReturnType<typeof makeToolContext>['ctx']['isolate']> };
+  return {
+    isolate: ((task, payload) => p.runTask(task, payload, { owner: 'test', label: `page_fetch/${task}` })) as NonNullable<
+      ReturnType<typeof makeToolContext>['ctx']['isolate']
+    >,
+  };
 }
 
 async function fetchPage(input: { url: string; max_bytes?: number }, env: Record<string, string> = {}, signal?: AbortSignal) {
@@ -133,7 +133,15 @@ describe('page_fetch of a local page', () => {
       redirects: [],
     });
     expect(result.text).toBe(
-      ['Brighton tides', 'High water is at 06:12 and 18:40.', 'Low water follows six hours later.', 'Check locally.', 'Spring tides', 'Neap tides', 'Back to top Print Source'].join('\n'),
+      [
+        'Brighton tides',
+        'High water is at 06:12 and 18:40.',
+        'Low water follows six hours later.',
+        'Check locally.',
+        'Spring tides',
+        'Neap tides',
+        'Back to top Print Source',
+      ].join('\n'),
     );
     expect(result.metadata).toEqual({
       lang: 'en-GB',
@@ -262,7 +270,11 @@ describe('page_fetch failures of the target', () => {
   it('reports a refused connection', async () => {
     const port = await closedPort();
     const err = await fetchError({ url: `http://127.0.0.1:${port}/` }, { FETCH_ALLOWED_HOSTS: `127.0.0.1:${port}` });
-    expect(err).toMatchObject({ code: 'tool_failed', message: `page_fetch failed: 127.0.0.1:${port} refused the connection`, details: { reason: 'connection_refused' } });
+    expect(err).toMatchObject({
+      code: 'tool_failed',
+      message: `page_fetch failed: 127.0.0.1:${port} refused the connection`,
+      details: { reason: 'connection_refused' },
+    });
     expect(err.retryable).toBe(false);
   });
 
@@ -279,12 +291,20 @@ describe('page_fetch failures of the target', () => {
 
   it('reports a response header too large to read as an invalid response', async () => {
     const err = await fetchError({ url: site.url('/fat-header') });
-    expect(err).toMatchObject({ code: 'tool_failed', message: `page_fetch failed: ${site.hostPort} sent a malformed response`, details: { reason: 'invalid_response' } });
+    expect(err).toMatchObject({
+      code: 'tool_failed',
+      message: `page_fetch failed: ${site.hostPort} sent a malformed response`,
+      details: { reason: 'invalid_response' },
+    });
   });
 
   it('reports a name that does not exist', async () => {
     const err = await fetchError({ url: 'http://nowhere.test/' }, { DNS_SERVERS: dns.address });
-    expect(err).toMatchObject({ code: 'tool_failed', message: 'page_fetch could not resolve nowhere.test: no such domain', details: { reason: 'dns_not_found' } });
+    expect(err).toMatchObject({
+      code: 'tool_failed',
+      message: 'page_fetch could not resolve nowhere.test: no such domain',
+      details: { reason: 'dns_not_found' },
+    });
   });
 
   it('answers tool_unavailable when the DNS resolver is unreachable', async () => {

@@ -22,7 +22,12 @@ describe('ctx.search (SearXNG JSON API)', () => {
 
   it('asks the instance for JSON with the query and maps its results, ranks from 1', async () => {
     searx.respond((q, page) =>
-      page === 1 ? [{ url: 'https://a.example/', title: `About ${q}`, content: 'first', engines: ['ddg', 'brave'], publishedDate: '2024-01-02T00:00:00' }, { url: 'https://b.example/', title: 'B' }] : [],
+      page === 1
+        ? [
+            { url: 'https://a.example/', title: `About ${q}`, content: 'first', engines: ['ddg', 'brave'], publishedDate: '2024-01-02T00:00:00' },
+            { url: 'https://b.example/', title: 'B' },
+          ]
+        : [],
     );
     searx.suggestions.push('tide times');
     const out = await search({ SEARCH_API_KEY: 'k-123' }).search({ query: 'brighton tides', limit: 5, language: 'en', time_range: 'week', safesearch: 1 });
@@ -45,12 +50,20 @@ describe('ctx.search (SearXNG JSON API)', () => {
 
   it('an instance without the json format (403), a 500 or a non-JSON body is tool_unavailable', async () => {
     searx.failWith = 403;
-    const e403 = await search().search({ query: 'x' }).catch((e: unknown) => e);
+    const e403 = await search()
+      .search({ query: 'x' })
+      .catch((e: unknown) => e);
     expect(e403).toBeInstanceOf(AppError);
     expect((e403 as AppError).code).toBe('tool_unavailable');
     expect((e403 as AppError).message).toMatch(/search\.formats/);
     searx.failWith = 500;
-    expect(((await search().search({ query: 'x' }).catch((e: unknown) => e)) as AppError).code).toBe('tool_unavailable');
+    expect(
+      (
+        (await search()
+          .search({ query: 'x' })
+          .catch((e: unknown) => e)) as AppError
+      ).code,
+    ).toBe('tool_unavailable');
     searx.failWith = null;
   });
 

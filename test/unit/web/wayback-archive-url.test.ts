@@ -13,7 +13,11 @@ describe('archiveUrl', () => {
   });
 
   it('keeps dot segments of the original inside its own host, never above it', () => {
-    for (const original of ['https://a.test/../../../../../private', 'https://a.test/%2e%2e/%2E%2e/../../../private', 'https://a.test\\..\\..\\..\\..\\..\\private']) {
+    for (const original of [
+      'https://a.test/../../../../../private',
+      'https://a.test/%2e%2e/%2E%2e/../../../private',
+      'https://a.test\\..\\..\\..\\..\\..\\private',
+    ]) {
       const url = archiveUrl(base, '2020', original, 'id_');
       expect(url).toBe('https://arch.test/web/2020id_/https://a.test/private');
     }

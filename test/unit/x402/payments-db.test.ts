@@ -12,14 +12,7 @@ import { paymentErrorBody, paymentRequirements } from '../../../src/pay/x402/req
 import { FacilitatorSettler, DeferredSettler, type PaymentSettler } from '../../../src/pay/x402/settler.js';
 import { exportAwaitingSettlement, listAwaitingSettlement, markFailed, reserveNonce } from '../../../src/pay/x402/store.js';
 import { verifyPayment } from '../../../src/pay/x402/verify.js';
-import {
-  abandonPayment,
-  admitPayment,
-  completePayment,
-  settleAwaitingPayments,
-  type PaidCall,
-  type X402Deps,
-} from '../../../src/pay/x402/flow.js';
+import { abandonPayment, admitPayment, completePayment, settleAwaitingPayments, type PaidCall, type X402Deps } from '../../../src/pay/x402/flow.js';
 import { fakeTxHash, startFakeFacilitator, type FakeFacilitator } from '../../helpers/fake-facilitator.js';
 import { PAYER, signPayment, x402Config } from '../../helpers/x402-sign.js';
 
@@ -56,7 +49,14 @@ const config = x402Config();
 const call: PaidCall = { priceCents: 5, resource: 'https://api.example.com/tools/page_fetch', description: 'page_fetch', tool: 'page_fetch' };
 const requirements = paymentRequirements(config, call);
 
-const Row = z.object({ id: z.string(), status: z.string(), payer: z.string(), tx_hash: z.string().nullable(), error: z.string().nullable(), value_atomic: z.string() });
+const Row = z.object({
+  id: z.string(),
+  status: z.string(),
+  payer: z.string(),
+  tx_hash: z.string().nullable(),
+  error: z.string().nullable(),
+  value_atomic: z.string(),
+});
 async function rows() {
   return pool.any(sql.type(Row)`SELECT id, status, payer, tx_hash, error, value_atomic::text AS value_atomic FROM x402_payments ORDER BY created_at`);
 }
@@ -78,9 +78,7 @@ describe('reserveNonce', () => {
     const payment = await signPayment(requirements);
     const verified = await verifyPayment(config, payment, requirements);
     const id = await reserveNonce(pool, { payment, requirements, verified, tool: 'page_fetch' });
-    expect(await rows()).toEqual([
-      { id, status: 'reserved', payer: PAYER.address.toLowerCase(), tx_hash: null, error: null, value_atomic: '50000' },
-    ]);
+    expect(await rows()).toEqual([{ id, status: 'reserved', payer: PAYER.address.toLowerCase(), tx_hash: null, error: null, value_atomic: '50000' }]);
     const err = await refusal(reserveNonce(pool, { payment, requirements, verified, tool: 'page_fetch' }));
     expect(err.code).toBe('payment_already_used');
     expect(err.status).toBe(402);
@@ -89,9 +87,7 @@ describe('reserveNonce', () => {
   it('lets exactly one of many concurrent reservations of one nonce win', async () => {
     const payment = await signPayment(requirements);
     const verified = await verifyPayment(config, payment, requirements);
-    const results = await Promise.allSettled(
-      Array.from({ length: 10 }, () => reserveNonce(pool, { payment, requirements, verified, tool: 'page_fetch' })),
-    );
+    const results = await Promise.allSettled(Array.from({ length: 10 }, () => reserveNonce(pool, { payment, requirements, verified, tool: 'page_fetch' })));
     expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
     const losers = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
     expect(losers).toHaveLength(9);
@@ -128,7 +124,10 @@ describe('admitPayment / completePayment without a facilitator', () => {
     const payment = await signPayment(requirements);
     await admitPayment(deps(), encodePaymentHeader(payment), call);
     const auth = payment.payload.authorization;
-    const recased = { ...payment, payload: { ...payment.payload, authorization: { ...auth, nonce: `0x${auth.nonce.slice(2).toUpperCase()}`, from: auth.from.toLowerCase() } } };
+    const recased = {
+      ...payment,
+      payload: { ...payment.payload, authorization: { ...auth, nonce: `0x${auth.nonce.slice(2).toUpperCase()}`, from: auth.from.toLowerCase() } },
+    };
     expect((await refusal(admitPayment(deps(), encodePaymentHeader(recased), call))).code).toBe('payment_already_used');
   });
 
@@ -175,7 +174,10 @@ describe('the operator export of payments awaiting settlement', () => {
     const listed = await listAwaitingSettlement(pool);
     expect(listed.map((r) => r.payment_payload)).toEqual([p1, p2]);
 
-    const lines = (await exportAwaitingSettlement(pool)).trim().split('\n').map((l) => JSON.parse(l));
+    const lines = (await exportAwaitingSettlement(pool))
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(lines).toHaveLength(2);
     for (const [i, line] of lines.entries()) {
       expect(line).toMatchObject({ tool: 'page_fetch', payer: PAYER.address.toLowerCase(), value_atomic: '50000', expired: false });
@@ -209,7 +211,10 @@ describe('with a facilitator', () => {
   it('withholds the result when settlement fails, and charges nothing', async () => {
     const payment = await signPayment(requirements);
     const admitted = await admitPayment(facilitated(), encodePaymentHeader(payment), call);
-    fake.script('/settle', { status: 400, body: { success: false, errorReason: 'insufficient_funds', transaction: '', network: 'base-sepolia', payer: PAYER.address } });
+    fake.script('/settle', {
+      status: 400,
+      body: { success: false, errorReason: 'insufficient_funds', transaction: '', network: 'base-sepolia', payer: PAYER.address },
+    });
     const err = await refusal(completePayment(facilitated(), admitted));
     expect(err).toMatchObject({ code: 'payment_invalid', status: 402 });
     expect(err.details).toMatchObject({ reason: 'settlement_failed', settlement_error: 'insufficient_funds', accepts: [requirements] });
@@ -247,7 +252,9 @@ describe('with a facilitator', () => {
     const stale = await signPayment(requirements);
     for (const p of [fresh, stale]) await completePayment(deps(), await admitPayment(deps(), encodePaymentHeader(p), call));
     // Make one of them expired as of now.
-    await pool.query(sql.unsafe`UPDATE x402_payments SET valid_before = 1 WHERE payment_payload->'payload'->'authorization'->>'nonce' = ${stale.payload.authorization.nonce}`);
+    await pool.query(
+      sql.unsafe`UPDATE x402_payments SET valid_before = 1 WHERE payment_payload->'payload'->'authorization'->>'nonce' = ${stale.payload.authorization.nonce}`,
+    );
     const summary = await settleAwaitingPayments(pool, new FacilitatorSettler(fake.url));
     expect(summary).toEqual({ settled: 1, failed: 0, expired: 1, retry: 0 });
     const byStatus = Object.fromEntries((await rows()).map((r) => [r.status, r]));

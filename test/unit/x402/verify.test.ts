@@ -1,12 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { createPaymentHeader, preparePaymentHeader, signPaymentHeader } from 'x402/client';
 import { AppError } from '../../../src/errors.js';
-import {
-  MAX_PAYMENT_HEADER_BYTES,
-  decodePaymentHeader,
-  encodePaymentHeader,
-  type PaymentPayload,
-} from '../../../src/pay/x402/payload.js';
+import { MAX_PAYMENT_HEADER_BYTES, decodePaymentHeader, encodePaymentHeader, type PaymentPayload } from '../../../src/pay/x402/payload.js';
 import { paymentRequirements, type PaymentRequirements } from '../../../src/pay/x402/requirements.js';
 import { verifyPayment } from '../../../src/pay/x402/verify.js';
 import { OTHER, OTHER_KEY, PAYER, signPayment, tamper, toHeader, x402Config } from '../../helpers/x402-sign.js';
@@ -58,14 +53,34 @@ describe('verifyPayment', () => {
     ['more than the price', () => signPayment(requirements, { now: NOW, authorization: { value: '50001' } }), 'invalid_amount'],
     ['another payee', () => signPayment(requirements, { now: NOW, authorization: { to: OTHER.address } }), 'invalid_payee'],
     ['an expired authorization', () => signPayment(requirements, { now: NOW, authorization: { validBefore: String(nowSeconds - 1) } }), 'payment_expired'],
-    ['one expiring within the settlement margin', () => signPayment(requirements, { now: NOW, authorization: { validBefore: String(nowSeconds + 3) } }), 'payment_expired'],
+    [
+      'one expiring within the settlement margin',
+      () => signPayment(requirements, { now: NOW, authorization: { validBefore: String(nowSeconds + 3) } }),
+      'payment_expired',
+    ],
     ['one not valid yet', () => signPayment(requirements, { now: NOW, authorization: { validAfter: String(nowSeconds + 60) } }), 'payment_not_yet_valid'],
     ['another network', () => signPayment(requirements, { now: NOW, network: 'base' }), 'invalid_network'],
     // Signed with OTHER's key over an authorization claiming to come from PAYER.
-    ['a signature by another key', () => signPayment(requirements, { now: NOW, privateKey: OTHER_KEY, authorization: { from: PAYER.address } }), 'invalid_signature'],
-    ['a nonce changed after signing', async () => tamper(await signPayment(requirements, { now: NOW }), { nonce: `0x${'ab'.repeat(32)}` }), 'invalid_signature'],
-    ['a window widened after signing', async () => tamper(await signPayment(requirements, { now: NOW }), { validBefore: String(nowSeconds + 86_400) }), 'invalid_signature'],
-    ['a signature for another token contract', () => signPayment(requirements, { now: NOW, domain: { verifyingContract: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913' } }), 'invalid_signature'],
+    [
+      'a signature by another key',
+      () => signPayment(requirements, { now: NOW, privateKey: OTHER_KEY, authorization: { from: PAYER.address } }),
+      'invalid_signature',
+    ],
+    [
+      'a nonce changed after signing',
+      async () => tamper(await signPayment(requirements, { now: NOW }), { nonce: `0x${'ab'.repeat(32)}` }),
+      'invalid_signature',
+    ],
+    [
+      'a window widened after signing',
+      async () => tamper(await signPayment(requirements, { now: NOW }), { validBefore: String(nowSeconds + 86_400) }),
+      'invalid_signature',
+    ],
+    [
+      'a signature for another token contract',
+      () => signPayment(requirements, { now: NOW, domain: { verifyingContract: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913' } }),
+      'invalid_signature',
+    ],
     ['a signature for another chain', () => signPayment(requirements, { now: NOW, domain: { chainId: 8453 } }), 'invalid_signature'],
     ['a signature with the wrong token name', () => signPayment(requirements, { now: NOW, domain: { name: 'USD Coin' } }), 'invalid_signature'],
     ['a signature that is not one', async () => withSignature(await signPayment(requirements, { now: NOW }), '0x1234'), 'invalid_signature'],
