@@ -128,6 +128,18 @@ describe('GET /openapi.json', () => {
     expect(c.schemas.ChatCompletionRequest.required).toEqual(expect.arrayContaining(['model', 'messages']));
   });
 
+  it("shows compute's true answer as the sample of POST /tools/{name}, and no Prefer in any sample", async () => {
+    const doc = await liveDocument();
+    const op = doc.paths['/tools/{name}'].post;
+    const body = Object.values(op.requestBody.content['application/json'].examples as Record<string, { value: unknown }>)[0]!.value;
+    const sample = Object.values(op.responses['200'].content['application/json'].examples as Record<string, { value: any }>)[0]!.value;
+    const res = await h.call('compute', body as Record<string, unknown>, pro.apiKey);
+    expect(res.statusCode).toBe(200);
+    expect(json(res).result).toEqual(sample.result);
+    expect(json(res).cost_cents).toBe(sample.cost_cents);
+    expect(doc.components.parameters.Prefer.schema).toEqual({ type: 'string' });
+  });
+
   it('generates TypeScript types, and a typed client calls compute with them', async () => {
     const doc = await liveDocument();
     const types = astToString(await openapiTS(doc as never));

@@ -130,6 +130,13 @@ const BalanceSchema = named(
   }),
 );
 
+/** What POST /tools/compute answers to its first example, as the reference shows it. */
+export const COMPUTE_SAMPLE = {
+  result: { expression: '2 * (3 + 4)', result: '14', value: 14, type: 'number' },
+  cost_cents: 2,
+  remaining_credits: 998,
+};
+
 export async function callRoutes(app: FastifyInstance): Promise<void> {
   const { calls } = app.container.api!;
   const x402 = app.container.config.X402_ENABLED;
@@ -148,6 +155,8 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
       '200': ok(CallResultSchema, 'The call ran and was charged (or, with Accept: text/event-stream, its events).', {
         headers: callHeaders(x402),
         eventStream: true,
+        // compute's answer to the body example, as a synchronous call with a key gets it (test/integration/openapi.test.ts runs it).
+        examples: { compute: { summary: 'POST /tools/compute, no Prefer header', value: COMPUTE_SAMPLE } },
       }),
       '202': { $ref: '#/components/responses/Accepted' },
       '204': empty('A resumed event stream (Accept: text/event-stream with Last-Event-ID) that had already ended.'),

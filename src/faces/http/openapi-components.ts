@@ -148,7 +148,8 @@ export function parameters(): Record<string, JsonSchema> {
       in: 'header',
       required: false,
       description: 'Leave it out to wait for the answer (up to SYNC_TIMEOUT_MS, then 202). `respond-async` answers 202 with the job id at once.',
-      schema: { type: 'string', enum: ['respond-async'] },
+      // No enum or example: a reference page would put it in every sample request, and the default is to wait.
+      schema: { type: 'string' },
     },
     'Callback-Url': {
       name: 'Callback-Url',

@@ -281,7 +281,7 @@ function toolOperation(tool: AnyTool, x402: boolean): Json {
             // The answer of a synchronous call with a key (no Prefer): the tool's price, the result's shape.
             examples: {
               sync: {
-                summary: 'A synchronous call (no Prefer header)',
+                summary: "The shape of a synchronous call's answer (no Prefer header): the tool's price, values from its result schema",
                 value: { result: output ? sampleOf(output) : null, cost_cents: tool.priceCents, remaining_credits: 4998 },
               },
             },
