@@ -3,6 +3,7 @@ import { checkServices, configOrDie, die, makeLogger, onStopSignal, runMigration
 import { createContainer } from './container.js';
 import { ConfigError, FAMILIES } from './config.js';
 import { warnUnopenableSealed } from './ops/sealed-check.js';
+import { unavailableTools } from './tools/index.js';
 
 const config = configOrDie();
 const log = makeLogger(config);
@@ -22,6 +23,11 @@ await warnUnopenableSealed(container, log);
 const app = await buildApp(container, { logger: log });
 await app.listen({ port: config.PORT, host: config.HOST });
 log.info({ port: config.PORT, workers: config.WORKERS }, 'tollgate listening');
+// One line per upstream that is not configured: which tools answer 503 tool_unavailable here, and why.
+for (const { need, setting, tools } of unavailableTools(config)) {
+  const how = need === 'llm' ? ' (point it at any OpenAI-compatible server: docs/guides/language-models.md)' : '';
+  log.info({ setting, tools }, `${tools.length} tools are off: ${setting} is not set${how}`);
+}
 
 // Stop listening and answer every request in flight (inline workers keep running their jobs until
 // then), then let the workers finish, settlement flush and connections close.

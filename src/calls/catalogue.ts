@@ -4,9 +4,10 @@ import { TOOLS, dollars, toolsByTier } from '../tools/index.js';
 import { llmChatModels } from '../tools/llm/index.js';
 import { PLANS, type AnyTool } from '../tools/types.js';
 import { PROTOCOL_MODES } from './protocol.js';
+import pkg from '../../package.json' with { type: 'json' };
 
-/** Service version, reported as the root document's `v`. */
-export const API_VERSION = '1.0.0';
+/** The service's version, package.json's: the root document's `v`, MCP's serverInfo, the OpenAPI info. */
+export const API_VERSION: string = pkg.version;
 
 /** Every route the service serves, as the root document lists them. Keep in step with src/faces. */
 export const ENDPOINTS: Record<string, string> = {

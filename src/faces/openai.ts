@@ -9,7 +9,7 @@ import { JobWatch } from '../calls/job-watch.js';
 import { awaitJobBody, sendIdempotent } from './http/calls.js';
 import { ClientGone, stillRunning, type TrackJob } from '../calls/idempotency.js';
 import type { CallResult } from '../queue/call-job.js';
-import { dollars } from '../tools/index.js';
+import { dollars, needsMet } from '../tools/index.js';
 import { llmChatModels } from '../tools/llm/index.js';
 import { chatToToolInput, type LlmUsage } from '../tools/llm/llm-client.js';
 import { PLANS, type AnyTool } from '../tools/types.js';
@@ -361,6 +361,7 @@ async function startChat(
 }
 
 export async function openAiRoutes(app: FastifyInstance): Promise<void> {
+  const { config } = app.container;
   app.get(
     '/v1/models',
     {
@@ -368,13 +369,15 @@ export async function openAiRoutes(app: FastifyInstance): Promise<void> {
         operationId: 'listModels',
         tags: ['OpenAI'],
         summary: 'OpenAI-compatible model list: the svc-* models your plan may call',
-        description: 'Each svc-* model is the language-model tool of the same name, at its price. Only the models your key may call are listed.',
+        description:
+          'Each svc-* model is the language-model tool of the same name, at its price. Only the models your key may call are listed, ' +
+          'and none while this service has no language-model upstream (LLM_BASE_URL unset).',
         response: { '200': ok(ModelListSchema, 'Models your key may call.', { headers: RATE_LIMIT }), ...openAiErrors([]) },
       } satisfies RouteSchema,
     },
     async (req, reply) => {
       const caller = await app.authenticate(req, reply);
-      const data = [...llmChatModels].filter(([, tool]) => mayCall(caller, tool)).map(([id, tool]) => modelObject(id, tool));
+      const data = [...llmChatModels].filter(([, tool]) => mayCall(caller, tool) && needsMet(tool, config)).map(([id, tool]) => modelObject(id, tool));
       return { object: 'list', data };
     },
   );

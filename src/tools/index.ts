@@ -40,8 +40,72 @@ export function findTool(name: string): AnyTool | undefined {
 
 export function getTool(name: string): AnyTool {
   const tool = byName.get(name);
-  if (!tool) throw new AppError('tool_not_found', `No tool named '${name}'. GET /tools lists them.`, { tool: name });
-  return tool;
+  if (tool) return tool;
+  const near = similarToolNames(name);
+  const hint = near.length ? ` Did you mean ${near.map((n) => `'${n}'`).join(' or ')}?` : '';
+  throw new AppError('tool_not_found', `No tool named '${name}'.${hint} GET /tools lists them.`, {
+    tool: name,
+    ...(near.length ? { did_you_mean: near } : {}),
+  });
+}
+
+/** Edit distance (insertions, deletions, substitutions, adjacent swaps), stopping early past `max`. */
+function distance(a: string, b: string, max: number): number {
+  if (Math.abs(a.length - b.length) > max) return max + 1;
+  let prev2: number[] = [];
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    let best = i;
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      let d = Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d = Math.min(d, prev2[j - 2]! + 1);
+      row.push(d);
+      best = Math.min(best, d);
+    }
+    if (best > max) return max + 1;
+    prev2 = prev;
+    prev = row;
+  }
+  return prev[b.length]!;
+}
+
+/**
+ * Up to three catalogue names close to `name`, closest first: a few typing slips away (case, `-` for
+ * `_` and spaces ignored), or one that contains the other. None for a name unlike any tool (or a long one).
+ */
+export function similarToolNames(name: string): string[] {
+  if (name.length > 64) return [];
+  const norm = (s: string) => s.toLowerCase().replace(/[-\s.]+/g, '_');
+  const wanted = norm(name);
+  if (!wanted) return [];
+  const max = Math.max(1, Math.min(3, Math.floor(wanted.length / 3)));
+  return TOOLS.map((t) => {
+    const d = distance(wanted, t.name, max);
+    const contains = wanted.length >= 4 && (t.name.includes(wanted) || wanted.includes(t.name));
+    return { name: t.name, score: d <= max ? d : contains ? max + 0.5 : Number.POSITIVE_INFINITY };
+  })
+    .filter((c) => Number.isFinite(c.score))
+    .sort((x, y) => x.score - y.score || x.name.localeCompare(y.name))
+    .slice(0, 3)
+    .map((c) => c.name);
+}
+
+/** Whether every upstream `tool` needs is configured here (see assertNeedsMet). */
+export function needsMet(tool: AnyTool, config: Config): boolean {
+  return (tool.needs ?? []).every((n) => NEED_SETTINGS[n].configured(config));
+}
+
+/**
+ * The tools this configuration cannot offer, by missing setting: what start-up reports, once, so an
+ * operator knows why they answer 503 tool_unavailable.
+ */
+export function unavailableTools(config: Config): { setting: string; need: Need; tools: string[] }[] {
+  return (Object.keys(NEED_SETTINGS) as Need[])
+    .filter((need) => !NEED_SETTINGS[need].configured(config))
+    .map((need) => ({ need, setting: NEED_SETTINGS[need].setting, tools: TOOLS.filter((t) => t.needs?.includes(need)).map((t) => t.name) }))
+    .filter((u) => u.tools.length > 0);
 }
 
 export function toolsOfFamily(family: Family): AnyTool[] {

@@ -89,11 +89,23 @@ export const LLM_OUTPUT = '{text: string, model: string, usage: {prompt_tokens, 
  */
 const clients = new WeakMap<Config, OpenAI>();
 
+/**
+ * The OpenAI-compatible API root of LLM_BASE_URL. A bare server address (`http://localhost:11434`,
+ * nothing after the host) means its `/v1`, where Ollama, vLLM, llama.cpp's server, LM Studio and
+ * hosted OpenAI-compatible services answer; a URL with a path is used as given (some hosts serve
+ * elsewhere, e.g. `/v1beta/openai`).
+ */
+export function llmApiRoot(baseUrl: string): string {
+  const url = new URL(baseUrl);
+  if (url.pathname === '/' || url.pathname === '') url.pathname = '/v1';
+  return url.toString().replace(/\/+$/, '');
+}
+
 function clientFor(config: Config, baseURL: string): OpenAI {
   let client = clients.get(config);
   if (!client) {
     client = new OpenAI({
-      baseURL,
+      baseURL: llmApiRoot(baseURL),
       // Local servers (llama.cpp, vLLM, Ollama) often need no key, but the SDK insists on one.
       apiKey: config.LLM_API_KEY || 'none',
       // Null these explicitly: the SDK would otherwise pick OPENAI_* from the environment and send
