@@ -108,7 +108,7 @@ class Tollgate:
             POST that may be retried carries an ``Idempotency-Key``, so a retry never runs a call twice.
     """
 
-    def __init__(self, api_key: str, base_url: str = "http://localhost:3000", timeout: float = 60.0, max_retries: int = 2) -> None:
+    def __init__(self, api_key: str, base_url: str = "http://localhost:8080", timeout: float = 60.0, max_retries: int = 2) -> None:
         if not api_key:
             raise ValueError("api_key is required")
         self.api_key = api_key

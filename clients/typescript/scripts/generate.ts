@@ -1,7 +1,7 @@
 /**
  * Regenerates src/api.d.ts from a Tollgate OpenAPI document with openapi-typescript.
  *
- *   npx tsx clients/typescript/scripts/generate.ts http://localhost:3000/openapi.json
+ *   npx tsx clients/typescript/scripts/generate.ts http://localhost:8080/openapi.json
  *   npx tsx clients/typescript/scripts/generate.ts ./openapi.json [--out path/to/api.d.ts]
  *
  * It starts nothing: point it at a running service's /openapi.json or at a saved copy of it.

@@ -178,7 +178,7 @@ function parseRetryAfter(value: string | null): number | undefined {
 export interface TollgateOptions {
   /** `Authorization: Bearer <apiKey>`: a `cv_…` key. */
   apiKey: string;
-  /** Where the service answers; default `http://localhost:3000`. */
+  /** Where the service answers; default `http://localhost:8080`. */
   baseUrl?: string;
   /** Retries after a network error, 429 or 503 (Retry-After honoured); default 2. */
   maxRetries?: number;
@@ -268,7 +268,7 @@ export class Tollgate {
   constructor(opts: TollgateOptions) {
     if (!opts?.apiKey) throw new TypeError('Tollgate: apiKey is required');
     this.apiKey = opts.apiKey;
-    this.baseUrl = (opts.baseUrl ?? 'http://localhost:3000').replace(/\/+$/, '');
+    this.baseUrl = (opts.baseUrl ?? 'http://localhost:8080').replace(/\/+$/, '');
     this.maxRetries = Math.max(0, opts.maxRetries ?? 2);
     const f = opts.fetch ?? globalThis.fetch;
     if (typeof f !== 'function') throw new TypeError('Tollgate: no fetch available (Node 20+ has a global one; or pass opts.fetch)');
