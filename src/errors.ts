@@ -57,6 +57,47 @@ export const ERROR_STATUS = {
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
 
+/** What each code means, one line each: docs/reference/error-table.md is generated from this (`npm run docs`). */
+export const ERROR_MEANINGS: Record<ErrorCode, string> = {
+  invalid_input: 'The body, a parameter or a header failed validation, or the JSON is malformed; `issues` names each failing field.',
+  unauthorized: 'No credentials where they are needed: no API key (and the call cannot be paid per call), or no METRICS_TOKEN or ADMIN_TOKEN.',
+  invalid_api_key: 'The Authorization header is not `Bearer <key>`, or the key is malformed (unknown prefix, short secret).',
+  key_not_found: 'A well-formed key that does not exist, was revoked, or was rotated and its grace period is over.',
+  payment_required: 'A paid call without a key, with x402 on: the body and PAYMENT-REQUIRED header say what to pay.',
+  insufficient_credits: 'The balance is below the price of the call: top up to continue.',
+  monthly_limit_exceeded: 'The call would take a sub-key past its monthly limit.',
+  payment_invalid: 'The x402 payment is malformed, does not match what was asked, or was refused or failed to settle (`reason`): not charged.',
+  payment_already_used: 'The x402 payment authorization (its nonce) was already used: sign a new payment.',
+  plan_required: "The account's plan is below what the tool or feature needs (`required_plan`).",
+  tool_not_allowed: 'The sub-key may not call this tool (`allowed_tools`).',
+  forbidden: 'This caller may not do this: a non-production key managing keys or topping up, a key revoking itself, an /mcp origin not allowed.',
+  edge_token_rejected: 'Cloudflare rejected the edge token, or it lacks the permission the call needs; not retried.',
+  key_in_grace: 'A rotated key in its grace period may only call tools and read its own jobs: use its replacement.',
+  tool_not_found: 'No tool (or chat model) by that name; `did_you_mean` suggests near names.',
+  not_found: 'No such route, job, key, sub-key or account, or the job is no longer stored.',
+  robots_disallowed: "The target's robots.txt disallows the path for GRABR_USER_AGENT: nothing was fetched there.",
+  no_captions: 'The video has no caption track in the languages asked for (`available_languages`).',
+  method_not_allowed: 'The endpoint does not take this method: /mcp takes only POST.',
+  idempotency_in_progress: 'The first request with this Idempotency-Key is still running: retry shortly (`Retry-After`).',
+  cancelled: 'The job was cancelled (DELETE /jobs/{id}) before it finished: not charged.',
+  job_finished: 'DELETE /jobs/{id} of a job that already completed or failed: nothing was cancelled.',
+  payload_too_large: 'The request body is over BODY_LIMIT.',
+  unsupported_media_type: 'The body is not application/json.',
+  idempotency_key_reused: 'This Idempotency-Key was used with a different request body: use a new key for a new request.',
+  tool_failed: 'The tool ran but its target failed (page unreachable, no such domain or zone, Cloudflare refused the change).',
+  limit_exceeded: 'The call passed a time, memory or size limit (`limit`, `limit_value`), or a passport cap: not charged.',
+  rate_limited: "Too many requests (the key's or payer's rate, the edge network's, per-address caps) or webhooks pending (`Retry-After`).",
+  concurrency_limited: 'The account already has its cap of jobs in flight (`max_in_flight`, `Retry-After`).',
+  internal_error: 'Something unexpected failed; the message carries no internals.',
+  upstream_error: 'An upstream (Cloudflare, the x402 facilitator or chain) failed or could not be reached: not charged.',
+  fetch_failed: 'A web or media tool could not read its target (refused, reset, TLS error, timeout, malformed answer): not charged.',
+  tool_unavailable: "The tool cannot run here: its upstream (model, search, archive, video site, DNS) is unset or down, or a model's reply stayed invalid.",
+  service_unavailable: 'The service cannot take the call now (Redis or Postgres unreachable, shutting down): not charged; retry.',
+  timeout: 'The call was stopped before it or its upstream finished, or a paid-per-call call did not finish within SYNC_TIMEOUT_MS.',
+  key_not_active: 'The key cannot be rotated: it was revoked, has expired, or was already rotated (`state`).',
+  topup_unavailable: 'POST /credits/topup while x402 with a settlement that moves money at once is not configured.',
+};
+
 /** Codes whose cause may pass on its own: a worker retries these, everything else is final. */
 const RETRYABLE: ReadonlySet<ErrorCode> = new Set(['upstream_error', 'timeout', 'service_unavailable']);
 
