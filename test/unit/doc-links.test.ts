@@ -43,7 +43,7 @@ function slugs(text: string): Set<string> {
   for (const { line } of proseLines(text)) {
     const m = /^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$/.exec(line);
     if (!m) continue;
-    const base = m[1]
+    const base = m[1]!!
       .replace(/!?\[([^\]]*)\]\([^)]*\)/g, '$1')
       .toLowerCase()
       .replace(/[^\p{L}\p{N}\p{M}\s_-]/gu, '')
@@ -62,7 +62,7 @@ function links(text: string): Array<{ target: string; n: number }> {
   const found: Array<{ target: string; n: number }> = [];
   for (const m of prose.matchAll(/!?\[(?:[^\][]|\[[^\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+"[^"]*")?\s*\)/g)) {
     const row = prose.slice(0, m.index).split('\n').length - 1;
-    found.push({ target: m[1], n: lines[row].n });
+    found.push({ target: m[1]!, n: lines[row]!.n });
   }
   return found;
 }
