@@ -8,7 +8,17 @@ import type { AnyTool } from '../../tools/types.js';
 import { API_VERSION, inputJsonSchema, outputJsonSchema } from '../../calls/catalogue.js';
 import { baseUrl } from './meta.js';
 import { HEADERS, EVENT_STREAM, parameters, responses, securitySchemes } from './openapi-components.js';
-import { ERROR_RESPONSES, TAGS, namedSchemas, type JsonSchema, type ResponseDoc, type ResponseRef, type RouteSchema, type Security } from './route-schema.js';
+import {
+  ERROR_RESPONSES,
+  HEADER_NAMES,
+  TAGS,
+  namedSchemas,
+  type JsonSchema,
+  type ResponseDoc,
+  type ResponseRef,
+  type RouteSchema,
+  type Security,
+} from './route-schema.js';
 
 /**
  * GET /openapi.json, generated from the routes: every route Fastify registers states its schema
@@ -390,24 +400,8 @@ export async function openApiRoutes(app: FastifyInstance): Promise<void> {
   );
 }
 
-/** Response headers a browser caller may read. */
-export const CORS_EXPOSED_HEADERS = [
-  'X-RateLimit-Limit',
-  'X-RateLimit-Remaining',
-  'X-RateLimit-Reset',
-  'Retry-After',
-  'X-Job-Id',
-  'X-Request-Id',
-  'Idempotent-Replayed',
-  'Location',
-  'X-Payment-Required',
-  'X-Payment-Amount',
-  'X-Payment-Currency',
-  'X-Payment-Network',
-  'X-Payment-Response',
-  'PAYMENT-REQUIRED',
-  'PAYMENT-RESPONSE',
-];
+/** Response headers a browser caller may read: every header the reference describes. */
+export const CORS_EXPOSED_HEADERS: string[] = [...HEADER_NAMES];
 
 /** Request headers a browser caller may send. */
 export const CORS_ALLOWED_HEADERS = [

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import type { Config } from '../../config.js';
 import { AppError } from '../../errors.js';
 import { defineTool, type AnyTool, type Plan, type ToolContext, type ToolDefinition } from '../types.js';
+import { TokenUsageSchema } from './tool-kit.js';
 
 /**
  * Everything the language-model tools share: the upstream client, streaming tokens into progress,
@@ -65,14 +66,7 @@ export interface LlmResult {
 export const LlmResultSchema = z.object({
   text: z.string().min(1).describe('The completion, as the model wrote it (never empty)'),
   model: z.string().describe('The model the upstream says answered (may differ from LLM_MODEL, e.g. a dated snapshot)'),
-  usage: z
-    .object({
-      prompt_tokens: z.number().int().nonnegative(),
-      completion_tokens: z.number().int().nonnegative(),
-      total_tokens: z.number().int().nonnegative(),
-    })
-    .nullable()
-    .describe('Token usage, or null when the upstream did not report it'),
+  usage: TokenUsageSchema.nullable().describe('Token usage, or null when the upstream did not report it'),
   finish_reason: z.string().describe('Why the model stopped, as the upstream says: stop, length, content_filter...'),
 });
 

@@ -15,16 +15,16 @@ import type { LlmApi, LlmMeta, ToolContext } from '../types.js';
  * Counts, lengths and emptiness are checked here, in code, after the reply arrives.
  */
 
+/** An upstream's token counts, as the chat-completions API reports them (shared with llm-client.ts's results). */
+export const TokenUsageSchema = z.object({
+  prompt_tokens: z.number().int().nonnegative(),
+  completion_tokens: z.number().int().nonnegative(),
+  total_tokens: z.number().int().nonnegative(),
+});
+
 export const LlmMetaSchema = z.object({
   model: z.string().describe('The model the upstream says answered.'),
-  usage: z
-    .object({
-      prompt_tokens: z.number().int().nonnegative(),
-      completion_tokens: z.number().int().nonnegative(),
-      total_tokens: z.number().int().nonnegative(),
-    })
-    .nullable()
-    .describe('Token usage summed over the call (including a repair prompt), or null when the upstream did not report it.'),
+  usage: TokenUsageSchema.nullable().describe('Token usage summed over the call (including a repair prompt), or null when the upstream did not report it.'),
   prompt_version: z.string().describe('Version of the instructions that produced this result.'),
 });
 
