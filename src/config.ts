@@ -1,3 +1,6 @@
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 
 /** Tool families: each has its own BullMQ queue and worker pool. */
@@ -456,4 +459,27 @@ export function clusterUrlOf(nodes: string[], redisUrl: string): string {
     /* `embedded` or a cluster URL: no credentials to carry over */
   }
   return `${scheme}+cluster://${auth}${nodes.join(',')}`;
+}
+
+/**
+ * The package root: the nearest directory above this file holding package.json (migrations/ and the
+ * version live there). This runs from src/ (tsx, vitest) and from dist/src/ once built, so a fixed
+ * `../` would miss them in the built layout; dist/ has no package.json of its own.
+ */
+export function packageRoot(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    if (existsSync(path.join(dir, 'package.json'))) return dir;
+    const up = path.dirname(dir);
+    if (up === dir) throw new Error(`no package.json above ${fileURLToPath(import.meta.url)}: cannot find migrations/ or the version`);
+    dir = up;
+  }
+}
+
+let version: string | undefined;
+
+/** The service's version: package.json's, read once. */
+export function serviceVersion(): string {
+  version ??= (JSON.parse(readFileSync(path.join(packageRoot(), 'package.json'), 'utf8')) as { version: string }).version;
+  return version;
 }

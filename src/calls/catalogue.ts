@@ -1,13 +1,12 @@
 import { zodToJsonSchema } from 'zod-to-json-schema';
-import type { Config } from '../config.js';
+import { serviceVersion, type Config } from '../config.js';
 import { TOOLS, dollars, toolsByTier } from '../tools/index.js';
 import { llmChatModels } from '../tools/llm/index.js';
 import { PLANS, type AnyTool } from '../tools/types.js';
 import { PROTOCOL_MODES } from './protocol.js';
-import pkg from '../../package.json' with { type: 'json' };
 
 /** The service's version, package.json's: the root document's `v`, MCP's serverInfo, the OpenAPI info. */
-export const API_VERSION: string = pkg.version;
+export const API_VERSION: string = serviceVersion();
 
 /** Every route the service serves, as the root document lists them. Keep in step with src/faces. */
 export const ENDPOINTS: Record<string, string> = {

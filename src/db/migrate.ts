@@ -1,23 +1,7 @@
-import { existsSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
-import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import pg from 'pg';
-
-/**
- * The package root: the nearest directory above this file holding package.json. This file runs from
- * src/db/ (tsx, vitest) and from dist/src/db/ once built, so a fixed `../../` would miss the
- * migrations in the built layout; dist/ has no package.json of its own.
- */
-function packageRoot(): string {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (;;) {
-    if (existsSync(path.join(dir, 'package.json'))) return dir;
-    const up = path.dirname(dir);
-    if (up === dir) throw new Error(`no package.json above ${fileURLToPath(import.meta.url)}: cannot find migrations/`);
-    dir = up;
-  }
-}
+import { packageRoot } from '../config.js';
 
 export const MIGRATIONS_DIR = path.join(packageRoot(), 'migrations');
 
