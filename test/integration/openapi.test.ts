@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import openapiTS, { astToString } from 'openapi-typescript';
@@ -138,6 +139,13 @@ describe('GET /openapi.json', () => {
     expect(json(res).result).toEqual(sample.result);
     expect(json(res).cost_cents).toBe(sample.cost_cents);
     expect(doc.components.parameters.Prefer.schema).toEqual({ type: 'string' });
+  });
+
+  it("is what the TypeScript client's types were generated from (regenerate with clients/typescript/scripts/generate.ts)", async () => {
+    const doc = await liveDocument();
+    const file = readFileSync(new URL('../../clients/typescript/src/api.d.ts', import.meta.url), 'utf8');
+    const generated = astToString(await openapiTS(doc as never, { alphabetize: false }));
+    expect(file.slice(file.indexOf('*/\n\n') + 4)).toBe(generated);
   });
 
   it('generates TypeScript types, and a typed client calls compute with them', async () => {
