@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
 import { createPool } from 'slonik';
 import { z } from 'zod';
 import { SettleRequestSchema, settleResponseFromHeader } from 'x402/types';
@@ -16,8 +16,8 @@ import { abandonPayment, admitPayment, completePayment, settleAwaitingPayments, 
 import { fakeTxHash, startFakeFacilitator, type FakeFacilitator } from '../../helpers/fake-facilitator.js';
 import { PAYER, signPayment, x402Config } from '../../helpers/x402-sign.js';
 
-// A throwaway database per run, migrated with the real migrations (001 + 002...).
-const baseUrl = process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test';
+// A throwaway database per run, migrated with the real migrations (001 + 002...), on the test server.
+const baseUrl = inject('databaseUrl');
 const dbName = `x402_test_${process.pid}_${randomBytes(4).toString('hex')}`;
 const dbUrl = (() => {
   const u = new URL(baseUrl);
