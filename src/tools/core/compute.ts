@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { create, all, type MathJsInstance, type MathNode } from 'mathjs';
 import { AppError } from '../../errors.js';
 import { defineTool } from '../types.js';
-import { sealMathjs } from '../mathjs-seal.js';
+import { REFUSED_IN_EXPRESSIONS, sealMathjs } from '../mathjs-seal.js';
 
 /**
  * compute is a pure function of its expression: it runs in the sandbox pool (`isolated`), each call
@@ -17,35 +17,7 @@ import { sealMathjs } from '../mathjs-seal.js';
  * the parsed expression, so `x = config` is refused as well as `config(...)`. Capitalised functions
  * of the instance (classes: Parser, Chain, Unit, the *Node types...) are refused the same way.
  */
-const REFUSED = new Set([
-  'config',
-  'import',
-  'createUnit',
-  'evaluate',
-  'parse',
-  'compile',
-  'parser',
-  'simplify',
-  'simplifyConstant',
-  'simplifyCore',
-  'derivative',
-  'rationalize',
-  'resolve',
-  'leafCount',
-  'symbolicEqual',
-  'help',
-  'chain',
-  'reviver',
-  'replacer',
-  'typed',
-  'create',
-  'factory',
-  'on',
-  'off',
-  'once',
-  'emit',
-  'expression',
-]);
+const REFUSED = new Set<string>(REFUSED_IN_EXPRESSIONS);
 
 /** Functions whose results would otherwise repeat nothing: seeded from the expression. */
 const RANDOM = new Set(['random', 'randomInt', 'pickRandom']);

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { create, all, type MathJsInstance, type MathNode } from 'mathjs';
 import { AppError } from '../../errors.js';
-import { sealMathjs } from '../mathjs-seal.js';
+import { REFUSED_IN_EXPRESSIONS, sealMathjs } from '../mathjs-seal.js';
 
 /**
  * The exact decimal engine behind bcalc and bcalc_why: mathjs on BigNumber (decimal.js) with a
@@ -81,34 +81,8 @@ export const ScheduleRow = z.object({
 });
 
 /** Refused anywhere in an expression: they reach the parser, change the instance or build things unboundedly. */
-const REFUSED = new Set([
-  'config',
-  'import',
-  'createUnit',
-  'evaluate',
-  'parse',
-  'compile',
-  'parser',
-  'simplify',
-  'simplifyConstant',
-  'simplifyCore',
-  'derivative',
-  'rationalize',
-  'resolve',
-  'leafCount',
-  'symbolicEqual',
-  'help',
-  'chain',
-  'reviver',
-  'replacer',
-  'typed',
-  'create',
-  'factory',
-  'on',
-  'off',
-  'once',
-  'emit',
-  'expression',
+const REFUSED = new Set<string>([
+  ...REFUSED_IN_EXPRESSIONS,
   // Randomness (results must repeat) and collections whose size the arguments choose.
   'random',
   'randomInt',
