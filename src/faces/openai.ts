@@ -1,20 +1,34 @@
-import { PassThrough } from 'node:stream';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import { z } from 'zod';
-import { AppError, isAppError } from '../errors.js';
-import type { JobEvent } from '../queue/dispatcher.js';
+import { AppError } from '../errors.js';
 import type { KeyCaller } from '../access/auth.js';
 import { authorizeTool } from '../calls/admission.js';
-import { JobWatch } from '../calls/job-watch.js';
-import { awaitJobBody, sendIdempotent } from './http/calls.js';
-import { ClientGone, stillRunning, type TrackJob } from '../calls/idempotency.js';
+import type { JobWatch } from '../calls/job-watch.js';
+import { sendIdempotent } from './http/calls.js';
 import type { CallResult } from '../queue/call-job.js';
 import { dollars, needsMet } from '../tools/index.js';
 import { llmChatModels } from '../tools/llm/index.js';
-import { chatToToolInput, type LlmUsage } from '../tools/llm/llm-client.js';
+import { chatToToolInput } from '../tools/llm/llm-client.js';
 import { PLANS, type AnyTool } from '../tools/types.js';
-import { OpenAiErrorSchema, RATE_LIMIT } from './http/openapi-components.js';
-import { input, named, ok, type ErrorStatus, type HeaderName, type ResponseDoc, type RouteSchema } from './http/route-schema.js';
+import { RATE_LIMIT } from './http/openapi-components.js';
+import { input, named, ok, type RouteSchema } from './http/route-schema.js';
+import {
+  billing,
+  billingSchema,
+  checkToolInput,
+  deltaOf,
+  failedWithJob,
+  finishedValue,
+  maxTokens,
+  modelTool,
+  nowSeconds,
+  openAiErrors,
+  recoveredValue,
+  startCall,
+  streamJob,
+  toolText,
+} from './openai-calls.js';
+import { openAiErrorBody, parseOpenAi } from './openai-errors.js';
 
 /**
  * OpenAI-compatible chat completions: each svc-* model is the language-model tool of the same name,
@@ -23,23 +37,52 @@ import { input, named, ok, type ErrorStatus, type HeaderName, type ResponseDoc, 
 
 // ---------------------------------------------------------------------------------------------
 // Request
+//
+// The svc-* models are Tollgate tools, each with its own instructions, answering in prose. A request
+// field that would change what the answer means but that they cannot honour (function calling,
+// structured output, several choices, stop sequences, images...) is refused with 400 naming it, never
+// ignored; a field that only tunes sampling or bookkeeping is accepted and has no effect; a field
+// OpenAI's API does not have is refused as OpenAI refuses it ("Unrecognized request argument").
+
+/** Each svc-* model runs one tool with its own instructions, and answers in text. */
+const WHY = 'each svc-* model runs one Tollgate tool with its own instructions and answers in text';
+
+/** `schema`, refused with `message` unless `fine(value)`: a field accepted only where it changes nothing. */
+function onlyIf<S extends z.ZodTypeAny>(schema: S, fine: (v: NonNullable<z.output<S>>) => boolean, message: string) {
+  return schema.nullish().refine((v) => v == null || fine(v as NonNullable<z.output<S>>), { message });
+}
 
 const ContentPartSchema = z
   .object({
-    type: z.string().describe('Part type; only "text" parts are read, others (images, audio) are ignored.'),
+    type: z.string().describe('Part type: only "text" parts are accepted.'),
     text: z.string().optional().describe('The text of a "text" part.'),
   })
-  .passthrough();
+  .passthrough()
+  .refine((p) => p.type === 'text', { message: `Only text content parts are read: ${WHY}; images, audio and files are refused.` })
+  .refine((p) => typeof p.text === 'string', { message: 'A text content part needs its text.' });
 
 const MessageSchema = z
   .object({
-    role: z.enum(['system', 'developer', 'user', 'assistant', 'tool', 'function']).describe('Author of the message. The last message must be the user\u2019s.'),
+    role: z
+      .enum(['system', 'developer', 'user', 'assistant', 'tool', 'function'])
+      .refine((r) => r !== 'tool' && r !== 'function', { message: `A conversation cannot carry tool results: ${WHY} and calls no functions.` })
+      .describe('Author of the message; tool and function results are refused (the models call no functions). The last message must be the user\u2019s.'),
     content: z
       .union([z.string(), z.array(ContentPartSchema), z.null()])
       .optional()
-      .describe('Text, or an array of content parts of which the text parts are used.'),
+      .describe('Text, or an array of text content parts.'),
+    name: z.string().optional().describe('Accepted; has no effect.'),
+    tool_calls: onlyIf(z.array(z.unknown()), (c) => c.length === 0, `A conversation cannot carry tool calls: ${WHY} and calls no functions.`),
+    function_call: z
+      .unknown()
+      .refine((c) => c == null, { message: `A conversation cannot carry function calls: ${WHY} and calls no functions.` })
+      .optional(),
   })
+  // Assistant messages echoed back from a completion carry refusal, audio and annotations fields.
   .passthrough();
+
+/** Fields that tune sampling or bookkeeping: accepted so OpenAI clients work, and without effect. */
+const IGNORED = 'Accepted for compatibility; has no effect.';
 
 export const ChatCompletionRequestSchema = named(
   'ChatCompletionRequest',
@@ -53,21 +96,95 @@ export const ChatCompletionRequestSchema = named(
         .describe('The conversation, oldest first; the last user message is the request, earlier ones are context.'),
       stream: z.boolean().nullish().describe('Stream chat.completion.chunk events as the model generates tokens.'),
       stream_options: z
-        .object({ include_usage: z.boolean().nullish().describe('Send a last chunk with token usage before [DONE].') })
-        .passthrough()
+        .object({
+          include_usage: z.boolean().nullish().describe('Send a last chunk with token usage before [DONE].'),
+          include_obfuscation: z.boolean().nullish().describe(IGNORED),
+        })
+        .strict()
         .nullish(),
-      max_completion_tokens: z.number().int().positive().nullish().describe('Upper bound on generated tokens.'),
-      max_tokens: z.number().int().positive().nullish().describe('Older name of max_completion_tokens.'),
+      max_completion_tokens: maxTokens().nullish().describe('Upper bound on generated tokens (16 to 16384).'),
+      max_tokens: maxTokens().nullish().describe('Older name of max_completion_tokens.'),
+      n: onlyIf(z.number().int().min(1), (n) => n === 1, `'n' must be 1: ${WHY}, one choice per call. Send separate requests for more answers.`).describe(
+        'Number of choices: only 1 (more is 400).',
+      ),
+      tools: onlyIf(
+        z.array(z.object({ type: z.string() }).passthrough()),
+        (t) => t.length === 0,
+        `Function calling is not available: ${WHY}. Send the request without 'tools'.`,
+      ).describe('Refused with 400 unless empty: the models call no functions.'),
+      tool_choice: onlyIf(
+        z.union([z.enum(['none', 'auto', 'required']), z.object({ type: z.string() }).passthrough()]),
+        (c) => c === 'none' || c === 'auto',
+        `'tool_choice' can only be 'none' or 'auto': ${WHY} and calls no functions.`,
+      ).describe("Only 'none' or 'auto' (400 otherwise): the models call no functions."),
+      parallel_tool_calls: z.boolean().nullish().describe(IGNORED),
+      functions: onlyIf(
+        z.array(z.object({ name: z.string() }).passthrough()),
+        (f) => f.length === 0,
+        `Function calling is not available: ${WHY}. Send the request without 'functions'.`,
+      ).describe('Refused with 400 unless empty: the models call no functions.'),
+      function_call: onlyIf(
+        z.union([z.enum(['none', 'auto']), z.object({ name: z.string() }).passthrough()]),
+        (c) => c === 'none' || c === 'auto',
+        `'function_call' can only be 'none' or 'auto': ${WHY} and calls no functions.`,
+      ).describe("Only 'none' or 'auto' (400 otherwise)."),
+      response_format: onlyIf(
+        z.object({ type: z.enum(['text', 'json_object', 'json_schema']) }).passthrough(),
+        (f) => f.type === 'text',
+        `Structured output is not available: ${WHY} in the form its instructions ask for. Send 'response_format' {"type": "text"} or none.`,
+      ).describe('Only {"type": "text"} (400 otherwise): the models answer in prose.'),
+      stop: onlyIf(
+        z.union([z.string(), z.array(z.string()).max(4)]),
+        (s) => s.length === 0,
+        `Stop sequences are not available: ${WHY} and ends where its instructions say. Send the request without 'stop'.`,
+      ).describe('Refused with 400 unless empty.'),
+      logprobs: onlyIf(z.boolean(), (l) => !l, "Token log probabilities are not available: the upstream's are not passed on.").describe(
+        'Only false (400 otherwise).',
+      ),
+      top_logprobs: onlyIf(
+        z.number().int().min(0).max(20),
+        (n) => n === 0,
+        "Token log probabilities are not available: the upstream's are not passed on.",
+      ).describe('Only 0 (400 otherwise).'),
+      logit_bias: onlyIf(
+        z.record(z.number()),
+        (b) => Object.keys(b).length === 0,
+        `'logit_bias' is not available: ${WHY}, and token ids differ between upstreams.`,
+      ).describe('Refused with 400 unless empty.'),
+      modalities: onlyIf(z.array(z.enum(['text', 'audio'])), (m) => !m.includes('audio'), `Audio output is not available: ${WHY}.`).describe(
+        'Only ["text"] (400 with "audio").',
+      ),
+      audio: onlyIf(z.object({}).passthrough(), () => false, `Audio output is not available: ${WHY}.`).describe('Refused with 400.'),
+      web_search_options: onlyIf(z.object({}).passthrough(), () => false, `Web search is not available: ${WHY}.`).describe('Refused with 400.'),
+      moderation: onlyIf(
+        z.object({}).passthrough(),
+        () => false,
+        'Moderation is not available on these models: nothing would check the input or the answer.',
+      ).describe('Refused with 400: nothing here would moderate.'),
       temperature: z
         .number()
         .min(0)
         .max(2)
         .nullish()
-        .describe('Accepted for compatibility and not used: each model runs at the temperature its prompt is tuned for.'),
-      n: z.literal(1).nullish().describe('Number of choices; only 1 is offered.'),
+        .describe('Accepted for compatibility and not used: each model runs at the temperature its instructions are tuned for.'),
+      top_p: z.number().min(0).max(1).nullish().describe(IGNORED),
+      frequency_penalty: z.number().min(-2).max(2).nullish().describe(IGNORED),
+      presence_penalty: z.number().min(-2).max(2).nullish().describe(IGNORED),
+      seed: z.number().int().nullish().describe(IGNORED),
+      reasoning_effort: z.string().nullish().describe(IGNORED),
+      verbosity: z.enum(['low', 'medium', 'high']).nullish().describe(IGNORED),
+      prediction: z.object({}).passthrough().nullish().describe('Accepted; has no effect (a prediction only speeds up an answer elsewhere).'),
+      user: z.string().nullish().describe(IGNORED),
+      safety_identifier: z.string().nullish().describe(IGNORED),
+      metadata: z.record(z.string()).nullish().describe(IGNORED),
+      store: z.boolean().nullish().describe('Accepted; completions are not stored for later retrieval.'),
+      service_tier: z.string().nullish().describe(IGNORED),
+      prompt_cache_key: z.string().nullish().describe(IGNORED),
+      prompt_cache_retention: z.string().nullish().describe(IGNORED),
+      prompt_cache_options: z.object({}).passthrough().nullish().describe(IGNORED),
     })
-    // Clients send many optional fields (user, top_p, tools, seed...); they do not change what a tool does.
-    .passthrough(),
+    // OpenAI's API refuses fields it does not know; so does this one, rather than ignore what they ask.
+    .strict(),
 );
 export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequestSchema>;
 
@@ -80,59 +197,6 @@ export const CHAT_REQUEST_EXAMPLES: ChatCompletionRequest[] = [
     stream_options: { include_usage: true },
   },
 ];
-
-// ---------------------------------------------------------------------------------------------
-// Errors in OpenAI's shape
-
-/** The two paths whose errors use OpenAI's body instead of the service's envelope. */
-export function isOpenAiPath(url: string): boolean {
-  return /^\/v1\/(chat\/completions|models)(\/|\?|$)/.test(url);
-}
-
-function openAiErrorType(status: number): string {
-  if (status === 401) return 'authentication_error';
-  if (status === 402) return 'insufficient_quota';
-  if (status === 403) return 'permission_error';
-  if (status === 429) return 'rate_limit_error';
-  if (status >= 500) return 'server_error';
-  return 'invalid_request_error';
-}
-
-/**
- * `{"error": {"message", "type", "param", "code"}}` as OpenAI's SDKs parse it. `code` and the HTTP
- * status are the service's own (DECISIONS); its extra details (required_plan, retry_after...) follow.
- */
-export function openAiErrorBody(err: AppError, requestId: string) {
-  const { param, issues, ...details } = err.details as { param?: unknown; issues?: Array<{ path?: unknown[] }> };
-  const issuePath = Array.isArray(issues) && issues[0]?.path?.length ? issues[0].path.join('.') : null;
-  return {
-    error: {
-      message: err.message,
-      type: openAiErrorType(err.status),
-      param: typeof param === 'string' ? param : issuePath,
-      code: err.code,
-      request_id: requestId,
-      ...(issues ? { issues } : {}),
-      ...details,
-    },
-  };
-}
-
-/** Tool-input problems named by the chat request field that carried them. */
-function asChatError(e: unknown, tool: AnyTool, body: ChatCompletionRequest): unknown {
-  if (!isAppError(e) || e.code !== 'invalid_input' || typeof e.details.param === 'string') return e;
-  const issues = e.details.issues as Array<{ path?: unknown[] }> | undefined;
-  const field = issues?.[0]?.path?.[0];
-  const param =
-    field === 'max_tokens'
-      ? body.max_completion_tokens != null
-        ? 'max_completion_tokens'
-        : 'max_tokens'
-      : field === tool.qField || field === 'context'
-        ? 'messages'
-        : undefined;
-  return param ? new AppError(e.code, e.message, { ...e.details, param }) : e;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Responses
@@ -163,50 +227,12 @@ function mayCall(caller: KeyCaller, tool: AnyTool): boolean {
   }
 }
 
-function modelTool(model: string): AnyTool {
-  const tool = llmChatModels.get(model);
-  if (!tool) {
-    throw new AppError('tool_not_found', `The model '${model}' does not exist; GET /v1/models lists the models: ${[...llmChatModels.keys()].join(', ')}`, {
-      param: 'model',
-    });
-  }
-  return tool;
-}
-
-interface ToolText {
-  text: string;
-  finish_reason: string;
-  usage: LlmUsage | null;
-}
-
-function toolText(result: unknown): ToolText {
-  const r = result as Partial<ToolText> | null;
-  if (!r || typeof r.text !== 'string') throw new AppError('internal_error', 'The model answered in an unexpected shape');
-  return { text: r.text, finish_reason: typeof r.finish_reason === 'string' ? r.finish_reason : 'stop', usage: r.usage ?? null };
-}
-
-const FINISH_REASON_LIST = ['stop', 'length', 'content_filter', 'tool_calls', 'function_call'] as const;
+/** No tool_calls: the models call no functions (tools are refused). */
+const FINISH_REASON_LIST = ['stop', 'length', 'content_filter'] as const;
 const FINISH_REASONS = new Set<string>(FINISH_REASON_LIST);
 function finishReason(r: string): string {
   return FINISH_REASONS.has(r) ? r : 'stop';
 }
-
-/** What the call cost, alongside OpenAI's fields (clients ignore fields they do not know). */
-function billing(jobId: string, body: CallResult) {
-  return { job_id: jobId, cost_cents: body.cost_cents, remaining_credits: body.remaining_credits, ...(body.sandbox ? { sandbox: true } : {}) };
-}
-
-function failedWithJob(error: AppError, jobId: string): AppError {
-  return new AppError(error.code, error.message, { ...error.details, job_id: jobId });
-}
-
-/** Every content delta an LLM tool reports as progress ({stage: 'generating', delta, done, unit}). */
-function deltaOf(data: unknown): string {
-  const d = (data as { delta?: unknown } | null)?.delta;
-  return typeof d === 'string' ? d : '';
-}
-
-const nowSeconds = () => Math.floor(Date.now() / 1000);
 
 // ---------------------------------------------------------------------------------------------
 // What the routes answer (GET /openapi.json)
@@ -232,16 +258,6 @@ const ModelParams = z.object({ model: z.string().describe('A model id (GET /v1/m
 
 // Factories: one zod schema used in two places would be written as a pointer into the other.
 const tokenUsage = () => z.object({ prompt_tokens: z.number().int(), completion_tokens: z.number().int(), total_tokens: z.number().int() });
-
-const billingSchema = () =>
-  z
-    .object({
-      job_id: z.string(),
-      cost_cents: z.number().int(),
-      remaining_credits: z.number().int().nullable(),
-      sandbox: z.literal(true).optional().describe('Present, true, for sandbox (cv_test_) keys.'),
-    })
-    .describe("The call's job id and charge, beside OpenAI's fields.");
 
 const ChatCompletionSchema = named(
   'ChatCompletion',
@@ -294,71 +310,8 @@ const CHAT_STREAM =
   'with stream_options.include_usage a chunk of token usage, then `data: [DONE]`. A failure after the first event is a `data:` OpenAiError and ends the stream; ' +
   'comment lines keep the connection alive.';
 
-const OPENAI_ERRORS: Record<string, { description: string; headers?: HeaderName[] }> = {
-  '400': { description: 'The body or parameters are invalid (`param` names the field; issues lists them).' },
-  '401': { description: 'No key, a malformed key or an unknown or revoked key.' },
-  '402': { description: 'insufficient_credits, or monthly_limit_exceeded for a sub-key.' },
-  '403': { description: 'plan_required (the model is above your plan) or tool_not_allowed (a sub-key without it).' },
-  '404': { description: 'tool_not_found: no such model (param: model).' },
-  '409': {
-    description: 'idempotency_in_progress (the first request with this Idempotency-Key is still running), or cancelled (its job was cancelled).',
-    headers: ['Retry-After'],
-  },
-  '413': { description: 'The body is over BODY_LIMIT.' },
-  '415': { description: 'Send the body as application/json.' },
-  '422': { description: 'The model failed or passed a limit (tool_failed, limit_exceeded), or the Idempotency-Key was reused with another body.' },
-  '429': { description: 'Rate or concurrency limit reached.', headers: [...RATE_LIMIT, 'Retry-After'] },
-  '500': { description: 'Something went wrong on our side.' },
-  '502': { description: 'The language model upstream failed.' },
-  '503': { description: 'A dependency or the model upstream is unavailable; nothing was charged.', headers: ['Retry-After'] },
-  '504': { description: 'The call took too long.' },
-};
-
-/** The error answers of these routes, in OpenAI's shape (isOpenAiPath) instead of the service's envelope. */
-function openAiErrors(extra: ErrorStatus[]): Record<string, ResponseDoc> {
-  const codes = new Set<string>(['401', '429', '500', '503', ...extra]);
-  return Object.fromEntries(
-    Object.entries(OPENAI_ERRORS)
-      .filter(([status]) => codes.has(status))
-      .map(([status, e]) => [status, ok(OpenAiErrorSchema, `${e.description} In OpenAI's error shape.`, e.headers ? { headers: e.headers } : {})]),
-  );
-}
-
 // ---------------------------------------------------------------------------------------------
 // Routes
-
-/**
- * Queues the chat's tool call and starts watching its job. The answer waits as long as the client
- * does (a long generation is not cut off by the REST sync timeout); admission errors come back as
- * plain HTTP errors. A client that hangs up stops the wait; the job still finishes and is charged if
- * it succeeds, as with a REST call whose client goes away.
- */
-async function startChat(
-  req: FastifyRequest,
-  reply: FastifyReply,
-  caller: KeyCaller,
-  tool: AnyTool,
-  input: unknown,
-  body: ChatCompletionRequest,
-  track?: TrackJob,
-) {
-  const { calls, dispatcher } = req.server.container.api!;
-  const watch = new JobWatch(dispatcher, !!body.stream);
-  const onJobId = async (id: string) => {
-    watch.attach(id);
-    await track?.(id);
-  };
-  let jobId: string;
-  try {
-    ({ jobId } = await calls.call(caller, tool.name, input, { requestId: req.id, respondAsync: true, onJobId }));
-  } catch (e) {
-    watch.stop();
-    throw asChatError(e, tool, body);
-  }
-  reply.raw.on('close', () => watch.stop());
-  reply.header('x-job-id', jobId);
-  return { watch, jobId };
-}
 
 export async function openAiRoutes(app: FastifyInstance): Promise<void> {
   const { config } = app.container;
@@ -428,19 +381,16 @@ export async function openAiRoutes(app: FastifyInstance): Promise<void> {
     },
     async (req, reply) => {
       const caller = await app.authenticate(req, reply);
-      const body = input<typeof ChatCompletionRequestSchema>(req, 'body', 'Chat completion request is invalid');
+      const body = parseOpenAi(ChatCompletionRequestSchema, req.body);
       const tool = modelTool(body.model);
-      const toolInput = chatToToolInput(tool, body.messages, body.max_completion_tokens ?? body.max_tokens);
-
+      const toolInput = chatInput(tool, body);
       if (body.stream) {
         if (req.headers['idempotency-key'] !== undefined) {
-          throw asChatError(
-            new AppError('invalid_input', 'Idempotency-Key is supported on non-streaming chat completions only; send it without stream: true'),
-            tool,
-            body,
-          );
+          throw new AppError('invalid_input', 'Idempotency-Key is supported on non-streaming chat completions only; send it without stream: true.', {
+            param: 'stream',
+          });
         }
-        const { watch, jobId } = await startChat(req, reply, caller, tool, toolInput, body);
+        const { watch, jobId } = await startCall(req, reply, caller, tool, toolInput, true);
         return streamCompletion(reply, watch, jobId, body, req.id);
       }
       // Non-streaming answers are stored under an Idempotency-Key like tool calls: a retry with the same
@@ -451,26 +401,33 @@ export async function openAiRoutes(app: FastifyInstance): Promise<void> {
         reply,
         caller,
         async (track) => {
-          const { watch, jobId } = await startChat(req, reply, caller, tool, toolInput, body, track);
-          const done = await watch.finished;
-          if (done.state === 'failed') throw failedWithJob(done.error, jobId);
-          // The client is gone and no one can be answered; the job still completes and is charged.
-          if (done.state === 'stopped') throw new ClientGone();
-          return completionResponse(jobId, done.value, body.model);
+          const { watch, jobId } = await startCall(req, reply, caller, tool, toolInput, false, track);
+          return completionResponse(jobId, await finishedValue(watch, jobId), body.model);
         },
         async (jobIds) => {
-          const jobId = jobIds[0]!;
-          const job = await awaitJobBody(req, caller, jobId);
-          if (!job) return null;
-          const { job_id: _id, status, ...value } = job;
-          if (status !== 'completed') {
-            throw asChatError(stillRunning(jobId), tool, body);
-          }
-          return completionResponse(jobId, value as unknown as CallResult, body.model);
+          const done = await recoveredValue(req, caller, jobIds[0]!);
+          return done && completionResponse(done.jobId, done.value, body.model);
         },
       );
     },
   );
+
+}
+
+/**
+ * The tool input of a chat request: the last user message is the tool's request, earlier turns its
+ * context (chatToToolInput). It is checked here with the tool's schema so a problem is named by the
+ * chat field that carried it.
+ */
+function chatInput(tool: AnyTool, body: ChatCompletionRequest): Record<string, unknown> {
+  const maxField = body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
+  const toolInput = chatToToolInput(tool, body.messages, body.max_completion_tokens ?? body.max_tokens);
+  const last = body.messages.length - 1;
+  checkToolInput(tool, toolInput, {
+    path: (p) => (p[0] === tool.qField ? ['messages', last, 'content'] : p[0] === 'max_tokens' ? [maxField] : ['messages']),
+    subject: (p) => (p[0] === 'context' ? (p.length > 2 ? 'An earlier message' : 'The conversation before the last message') : undefined),
+  });
+  return toolInput;
 }
 
 /** A finished job as a non-streaming chat completion. */
@@ -494,90 +451,48 @@ function completionResponse(jobId: string, value: CallResult, model: string) {
 
 /**
  * Server-sent chat.completion.chunk events: the role, then each token delta as the model produces
- * it (job progress), then the finish reason, the usage chunk if asked for, and [DONE].
- *
- * The response starts with the job's first event, so a call that fails before producing anything
- * (no upstream configured, upstream down) still answers with its HTTP status, as OpenAI does. A
- * failure after that is sent as a `data: {"error": ...}` event and ends the stream.
+ * it (job progress), then the finish reason, the usage chunk if asked for, and [DONE]. A failure
+ * after the first event is sent as a `data: {"error": ...}` event and ends the stream.
  */
-async function streamCompletion(reply: FastifyReply, watch: JobWatch, jobId: string, body: ChatCompletionRequest, requestId: string) {
-  const early: JobEvent[] = [];
-  let write: ((e: JobEvent) => void) | null = null;
-  const first = new Promise<JobEvent | null>((resolve) => {
-    watch.listen((e) => {
-      if (write) return write(e);
-      if (!early.length) resolve(e);
-      early.push(e);
-    });
-    void watch.finished.then((f) => f.state === 'stopped' && resolve(null));
-  });
-  const opening = await first;
-  if (!opening) {
-    reply.hijack(); // the client left while the job waited in the queue
-    reply.raw.destroy();
-    return reply;
-  }
-  if (opening.type === 'failed') throw failedWithJob(opening.error, jobId);
-
-  const out = new PassThrough();
-  const id = `chatcmpl-${jobId}`;
-  const created = nowSeconds();
+function streamCompletion(reply: FastifyReply, watch: JobWatch, jobId: string, body: ChatCompletionRequest, requestId: string) {
+  const head = { id: `chatcmpl-${jobId}`, object: 'chat.completion.chunk', created: nowSeconds(), model: body.model, system_fingerprint: null };
   const includeUsage = body.stream_options?.include_usage === true;
-  const head = { id, object: 'chat.completion.chunk', created, model: body.model, system_fingerprint: null };
   const chunk = (delta: Record<string, unknown>, finish: string | null = null, extra: Record<string, unknown> = {}) => ({
     ...head,
     choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
     ...(includeUsage ? { usage: null } : {}),
     ...extra,
   });
-  const send = (data: unknown) => out.write(`data: ${JSON.stringify(data)}\n\n`);
-  // Comment lines keep proxies from closing a stream while the model thinks between tokens.
-  const keepAlive = setInterval(() => out.write(': keep-alive\n\n'), 15_000);
-  keepAlive.unref();
-  let ended = false;
-  const end = () => {
-    if (ended) return;
-    ended = true;
-    clearInterval(keepAlive);
-    out.end();
-  };
-  reply.raw.on('close', end);
-
-  let streamed = '';
-  const onEvent = (e: JobEvent) => {
-    if (ended) return;
-    if (e.type === 'progress') {
-      const delta = deltaOf(e.data);
-      if (delta) {
-        streamed += delta;
-        send(chunk({ content: delta }));
+  return streamJob(reply, watch, jobId, (out) => {
+    out.send(chunk({ role: 'assistant', content: '' }));
+    let streamed = '';
+    const fail = (err: AppError) => {
+      out.send(openAiErrorBody(err, requestId));
+      out.end();
+    };
+    return (e) => {
+      if (e.type === 'progress') {
+        const delta = deltaOf(e.data);
+        if (delta) {
+          streamed += delta;
+          out.send(chunk({ content: delta }));
+        }
+        return;
       }
-      return;
-    }
-    if (e.type === 'failed') {
-      send(openAiErrorBody(failedWithJob(e.error, jobId), requestId));
-      return end();
-    }
-    let r: ToolText;
-    try {
-      r = toolText(e.value.result);
-    } catch (err) {
-      send(openAiErrorBody(err as AppError, requestId));
-      return end();
-    }
-    // Progress events can be lost (e.g. a trimmed event stream); the result has the whole text, so
-    // a missing tail is sent here and the deltas always add up to the answer when they can.
-    if (r.text.length > streamed.length && r.text.startsWith(streamed)) send(chunk({ content: r.text.slice(streamed.length) }));
-    send(chunk({}, finishReason(r.finish_reason), { tollgate: billing(jobId, e.value) }));
-    if (includeUsage) send({ ...head, choices: [], usage: r.usage });
-    out.write('data: [DONE]\n\n');
-    end();
-  };
-
-  reply.header('content-type', 'text/event-stream; charset=utf-8').header('cache-control', 'no-cache').header('x-accel-buffering', 'no');
-  void reply.send(out);
-  send(chunk({ role: 'assistant', content: '' }));
-  for (const e of early.splice(0)) onEvent(e);
-  write = onEvent;
-  return reply;
+      if (e.type === 'failed') return fail(failedWithJob(e.error, jobId));
+      let r: ReturnType<typeof toolText>;
+      try {
+        r = toolText(e.value.result);
+      } catch (err) {
+        return fail(err as AppError);
+      }
+      // Progress events can be lost (e.g. a trimmed event stream); the result has the whole text, so
+      // a missing tail is sent here and the deltas always add up to the answer when they can.
+      if (r.text.length > streamed.length && r.text.startsWith(streamed)) out.send(chunk({ content: r.text.slice(streamed.length) }));
+      out.send(chunk({}, finishReason(r.finish_reason), { tollgate: billing(jobId, e.value) }));
+      if (includeUsage) out.send({ ...head, choices: [], usage: r.usage });
+      out.write('data: [DONE]\n\n');
+      out.end();
+    };
+  });
 }

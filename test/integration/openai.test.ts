@@ -243,7 +243,7 @@ describe('errors in OpenAI shape', () => {
     ['no messages', { model: 'svc-hints', messages: [] }, 'messages'],
     ['a last message that is not the user\u2019s', { model: 'svc-hints', messages: [{ role: 'assistant', content: 'hi' }] }, 'messages'],
     ['max_tokens below what the tool accepts', { model: 'svc-hints', messages: ask('x'), max_tokens: 2 }, 'max_tokens'],
-    ['a problem longer than the tool accepts', { model: 'svc-hints', messages: ask('x'.repeat(20_001)) }, 'messages'],
+    ['a problem longer than the tool accepts', { model: 'svc-hints', messages: ask('x'.repeat(20_001)) }, 'messages[0].content'],
     ['n above 1', { model: 'svc-hints', messages: ask('x'), n: 2 }, 'n'],
   ])('%s is 400 invalid_input with param %s', async (_l, body, param) => {
     const res = await raw(body, starter.apiKey);

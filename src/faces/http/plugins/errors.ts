@@ -1,7 +1,7 @@
 import type { FastifyError, FastifyInstance } from 'fastify';
 import { AppError, envelope, isAppError } from '../../../errors.js';
 import { isPaymentError, paymentErrorBody } from '../../../pay/x402/requirements.js';
-import { isOpenAiPath, openAiErrorBody } from '../../openai.js';
+import { isOpenAiPath, openAiErrorBody, openAiShouldRetry } from '../../openai-errors.js';
 import { dependencyUnavailable, isDependencyError } from '../../../queue/redis.js';
 
 /** The one place errors become responses: every failure leaves in the documented envelope. */
@@ -16,13 +16,20 @@ export function installErrorHandling(app: FastifyInstance): void {
     if (err.status === 402 || err.status === 403) reply.header('x-should-retry', 'false');
     // x402 clients read x402Version and accepts at the top level of a payment 402.
     if (isPaymentError(err)) return reply.status(err.status).send(paymentErrorBody(err, req.id));
-    // The OpenAI-compatible paths answer in OpenAI's error shape, which its client SDKs parse.
-    const body = isOpenAiPath(req.url) ? openAiErrorBody(err, req.id) : envelope(err, req.id);
-    return reply.status(err.status).send(body);
+    // The OpenAI-compatible paths answer in OpenAI's error shape, which its client SDKs parse, and say
+    // whether a retry can help: the SDKs would otherwise send every 5xx three times.
+    if (isOpenAiPath(req.url)) {
+      return reply
+        .status(err.status)
+        .header('x-should-retry', String(openAiShouldRetry(err)))
+        .send(openAiErrorBody(err, req.id));
+    }
+    return reply.status(err.status).send(envelope(err, req.id));
   });
   app.setNotFoundHandler((req, reply) => {
     const err = new AppError('not_found', `No route ${req.method} ${req.url.split('?')[0]}. GET / lists the endpoints.`);
-    return reply.status(404).send(isOpenAiPath(req.url) ? openAiErrorBody(err, req.id) : envelope(err, req.id));
+    if (isOpenAiPath(req.url)) return reply.status(404).header('x-should-retry', 'false').send(openAiErrorBody(err, req.id));
+    return reply.status(404).send(envelope(err, req.id));
   });
 }
 
@@ -38,7 +45,8 @@ function toAppError(e: FastifyError | AppError | Error): AppError {
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return new AppError('invalid_input', 'Body is empty but Content-Type is application/json; send {} for no input');
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
-      return new AppError('invalid_input', `Body is not valid JSON: ${fe.message}`);
+      // Fastify's own message repeats this and adds nothing.
+      return new AppError('invalid_input', 'Body is not valid JSON');
   }
   if (fe instanceof SyntaxError || fe.statusCode === 400) {
     return new AppError('invalid_input', `Body is not valid JSON: ${fe.message}`);
