@@ -29,6 +29,8 @@ export const ERROR_STATUS = {
   no_captions: 404,
   method_not_allowed: 405,
   idempotency_in_progress: 409,
+  /** An x402 payment-identifier already used with another payment or another request: nothing ran, nothing was charged. */
+  payment_identifier_reused: 409,
   /** The job was cancelled (DELETE /jobs/{id}) before it finished: not charged. GET /jobs/{id} and a waiting caller get this. */
   cancelled: 409,
   /** DELETE /jobs/{id} of a job that already finished (completed or failed): nothing was cancelled. */
@@ -79,6 +81,7 @@ export const ERROR_MEANINGS: Record<ErrorCode, string> = {
   no_captions: 'The video has no caption track in the languages asked for (`available_languages`).',
   method_not_allowed: 'The endpoint does not take this method: /mcp takes only POST.',
   idempotency_in_progress: 'The first request with this Idempotency-Key is still running: retry shortly (`Retry-After`).',
+  payment_identifier_reused: 'This x402 payment identifier was used with another payment or request: use a new id for a new payment.',
   cancelled: 'The job was cancelled (DELETE /jobs/{id}) before it finished: not charged.',
   job_finished: 'DELETE /jobs/{id} of a job that already completed or failed: nothing was cancelled.',
   payload_too_large: 'The request body is over BODY_LIMIT.',

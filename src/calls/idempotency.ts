@@ -161,6 +161,11 @@ export class Idempotency {
     fingerprint: string,
     exec: (track: TrackJob) => Promise<StoredResponse>,
     recover?: (jobIds: string[]) => Promise<StoredResponse | null>,
+    /**
+     * Errors after which the key is freed instead of keeping the error as its answer (an x402 payment
+     * refused before anything ran: the client may sign a new one under the same payment identifier).
+     */
+    release?: (e: AppError) => boolean,
   ): Promise<StoredResponse & { replayed: boolean }> {
     if (!KEY_RE.test(idemKey)) throw new AppError('invalid_input', 'Idempotency-Key must be 1 to 255 printable ASCII characters');
     const key = this.key(scope, idemKey);
@@ -226,7 +231,7 @@ export class Idempotency {
       // An error after which something was charged (a chain failing at a later step) is kept even
       // when it is a 5xx: retrying would run and charge the completed steps again.
       const charged = e instanceof AppError && Number(e.details.cost_cents ?? 0) > 0;
-      if (e instanceof AppError && ((e.status !== 429 && e.status < 500) || charged)) {
+      if (e instanceof AppError && ((e.status !== 429 && e.status < 500) || charged) && !release?.(e)) {
         const stored: StoredResponse = { status: e.status, headers: e.headers, body: { error: { code: e.code, message: e.message, ...e.details } } };
         await this.store(key, fingerprint, stored);
       } else {

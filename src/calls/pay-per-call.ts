@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import { sql, type DatabasePool } from '../db/pool.js';
 import { AppError, isAppError } from '../errors.js';
@@ -8,11 +9,16 @@ import {
   abandonPayment,
   admitPayment,
   completePayment,
+  decodePayment,
   hasPayment,
+  paymentIdentifierDeclaration,
+  paymentIdentifierOf,
   paymentRequiredError,
+  withRequirements,
   type AdmittedPayment,
   type PaidCall,
   type PaymentHeaders,
+  type PaymentIdentifier,
   type X402Deps,
 } from '../pay/x402/index.js';
 
@@ -28,8 +34,11 @@ export interface PaidRun {
   /** PAYMENT-SIGNATURE (v2) / X-Payment (v1); neither answers the 402 that asks for one. */
   payment: PaymentHeaders;
   call: PaidCall;
-  /** Idempotency-Key and request fingerprint, when the request has a key. */
-  idempotency?: { key: string; fingerprint: string };
+  /**
+   * What the request asks for (its Idempotency.fingerprint) and its Idempotency-Key when it has one.
+   * A payment carrying an x402 payment identifier is bound to this fingerprint.
+   */
+  idempotency?: { key?: string; fingerprint: string };
   /**
    * Tool calls the request makes (a chain or parallel request makes one per step): each counts
    * against the payer's X402_RPM as the same call made alone would. Default 1.
@@ -65,10 +74,99 @@ export class PayPerCall {
 
   async run(input: PaidRun, exec: PaidExec): Promise<StoredResponse & { replayed: boolean }> {
     const { x402 } = this.deps;
-    if (!hasPayment(input.payment)) throw paymentRequiredError(x402.config, input.call);
-    const admitted = await admitPayment(x402, input.payment, input.call);
-    // A payer is known only once its payment is verified; past its limit nothing runs and the
-    // payment is released unsettled, so a refused call costs the payer nothing.
+    // Every offer declares the payment-identifier extension: this service honours it on every transport.
+    const call: PaidCall = { ...input.call, extensions: { ...input.call.extensions, ...paymentIdentifierDeclaration() } };
+    if (!hasPayment(input.payment)) throw paymentRequiredError(x402.config, call);
+    const identifier = this.identifierOf(input.payment, call);
+    if (identifier) return this.runIdentified(input, call, identifier, exec);
+    const admitted = await this.admit(input, call);
+    let settled = false;
+    const paid = () =>
+      this.runPaid(admitted, exec, () => {
+        settled = true;
+      });
+
+    const key = input.idempotency?.key;
+    if (key === undefined) return { ...(await paid()), replayed: false };
+    // Scoped to the payer: only whoever can sign for that address can replay its responses, and a
+    // replay costs them nothing (the new payment is released below, unsettled).
+    try {
+      const out = await this.deps.idempotency.run(`x402:${admitted.payer}`, key, input.idempotency!.fingerprint, paid);
+      if (out.replayed) await abandonPayment(x402, admitted, 'idempotent_replay');
+      return out;
+    } catch (e) {
+      // 409/422 from the idempotency check: nothing ran. (After a failed run this is a no-op.)
+      if (!settled) await abandonPayment(x402, admitted, isAppError(e) ? e.code : 'internal_error');
+      throw e;
+    }
+  }
+
+  /** The payment's payment-identifier, if it carries one; a payment that does not decode is refused with the offer. */
+  private identifierOf(payment: PaymentHeaders, call: PaidCall): PaymentIdentifier | undefined {
+    try {
+      return paymentIdentifierOf(decodePayment(payment).v2);
+    } catch (e) {
+      if (e instanceof AppError) throw withRequirements(this.deps.x402.config, call, e);
+      throw e;
+    }
+  }
+
+  /**
+   * A payment with an x402 payment identifier: the id is the idempotency key, scoped to the payer the
+   * payment names, and bound to the payment (as decoded) and the request. A retry with the same
+   * payment for the same request gets the first answer and is neither admitted nor settled again; the
+   * same id with another payment or request is 409 payment_identifier_reused; while the first runs,
+   * 409 idempotency_in_progress. A payment refused before anything ran frees the id (nothing was
+   * charged, and a forged payment naming someone else's address cannot hold their id); an answer
+   * after the call ran is kept (Idempotency's retention), whatever it was.
+   */
+  private async runIdentified(input: PaidRun, call: PaidCall, identifier: PaymentIdentifier, exec: PaidExec): Promise<StoredResponse & { replayed: boolean }> {
+    const fingerprint = createHash('sha256')
+      .update(`${identifier.paymentDigest}\n${input.idempotency?.fingerprint ?? ''}`)
+      .digest('hex');
+    let ran = false;
+    try {
+      return await this.deps.idempotency.run(
+        `x402-pid:${identifier.payer}`,
+        identifier.id,
+        fingerprint,
+        async () => {
+          const admitted = await this.admit(input, call);
+          ran = true;
+          return this.runPaid(admitted, exec);
+        },
+        undefined,
+        () => !ran,
+      );
+    } catch (e) {
+      if (isAppError(e) && e.code === 'idempotency_key_reused') {
+        throw new AppError(
+          'payment_identifier_reused',
+          `Payment identifier ${identifier.id} was already used with another payment or another request. Nothing ran and nothing ` +
+            'was charged; a retry must resend the same payment for the same request, and a new payment needs a new id.',
+          { payment_identifier: identifier.id },
+        );
+      }
+      if (isAppError(e) && e.code === 'idempotency_in_progress') {
+        throw new AppError(
+          'idempotency_in_progress',
+          `The call paid with payment identifier ${identifier.id} is still running; retry shortly for its answer.`,
+          { ...e.details, payment_identifier: identifier.id },
+          { headers: e.headers },
+        );
+      }
+      throw e;
+    }
+  }
+
+  /**
+   * Verifies and reserves the payment (nothing runs before), then counts the payer against X402_RPM.
+   * A payer is known only once its payment is verified; past its limit nothing runs and the
+   * payment is released unsettled, so a refused call costs the payer nothing.
+   */
+  private async admit(input: PaidRun, call: PaidCall): Promise<AdmittedPayment> {
+    const { x402 } = this.deps;
+    const admitted = await admitPayment(x402, input.payment, call);
     if (this.payerLimit) {
       try {
         await this.payerLimit.limiter.hit(`payer:${admitted.payer.toLowerCase()}`, this.payerLimit.rpm, input.calls ?? 1);
@@ -77,48 +175,33 @@ export class PayPerCall {
         throw e;
       }
     }
+    return admitted;
+  }
+
+  /** Runs the call as the payer and settles before the result is returned; a failure settles nothing. */
+  private async runPaid(admitted: AdmittedPayment, exec: PaidExec, onSettled: () => void = () => {}): Promise<StoredResponse> {
+    const { x402 } = this.deps;
     const jobIds: string[] = [];
-    let settled = false;
-
-    const paid = async (): Promise<StoredResponse> => {
-      let res: StoredResponse;
-      try {
-        res = await exec({ kind: 'payer', payer: admitted.payer }, (id) => jobIds.push(id));
-        if (res.status === 202) {
-          throw new AppError(
-            'timeout',
-            `The call did not finish within ${Math.round(x402.config.SYNC_TIMEOUT_MS / 1000)} s, so its result cannot be delivered ` +
-              'for this payment. The payment was not settled and nothing was charged; retry with a new payment.',
-            res.headers['x-job-id'] ? { job_id: res.headers['x-job-id'] } : {},
-          );
-        }
-      } catch (e) {
-        await this.unpaid(admitted, jobIds, isAppError(e) ? e.code : 'internal_error');
-        throw e;
-      }
-      try {
-        const { headers } = await completePayment(x402, admitted);
-        settled = true;
-        await this.record(admitted, jobIds);
-        return { ...res, headers: { ...res.headers, ...headers } };
-      } catch (e) {
-        // completePayment has marked the payment failed; nothing reaches the ledger.
-        throw e;
-      }
-    };
-
-    if (!input.idempotency) return { ...(await paid()), replayed: false };
-    // Scoped to the payer: only whoever can sign for that address can replay its responses, and a
-    // replay costs them nothing (the new payment is released below, unsettled).
+    let res: StoredResponse;
     try {
-      const out = await this.deps.idempotency.run(`x402:${admitted.payer}`, input.idempotency.key, input.idempotency.fingerprint, paid);
-      if (out.replayed) await abandonPayment(x402, admitted, 'idempotent_replay');
-      return out;
+      res = await exec({ kind: 'payer', payer: admitted.payer }, (id) => jobIds.push(id));
+      if (res.status === 202) {
+        throw new AppError(
+          'timeout',
+          `The call did not finish within ${Math.round(x402.config.SYNC_TIMEOUT_MS / 1000)} s, so its result cannot be delivered ` +
+            'for this payment. The payment was not settled and nothing was charged; retry with a new payment.',
+          res.headers['x-job-id'] ? { job_id: res.headers['x-job-id'] } : {},
+        );
+      }
     } catch (e) {
-      // 409/422 from the idempotency check: nothing ran. (After a failed run this is a no-op.)
-      if (!settled) await abandonPayment(x402, admitted, isAppError(e) ? e.code : 'internal_error');
+      await this.unpaid(admitted, jobIds, isAppError(e) ? e.code : 'internal_error');
       throw e;
     }
+    // On failure completePayment has marked the payment failed and throws; nothing reaches the ledger.
+    const { headers } = await completePayment(x402, admitted);
+    onSettled();
+    await this.record(admitted, jobIds);
+    return { ...res, headers: { ...res.headers, ...headers } };
   }
 
   private async unpaid(admitted: AdmittedPayment, _jobIds: string[], reason: string): Promise<void> {

@@ -20,6 +20,7 @@ import { subkeyRoutes } from './http/subkeys.js';
 import { usageRoutes } from './http/usage.js';
 import { keyRoutes } from './http/keys.js';
 import { mcpRoutes } from './mcp/routes.js';
+import { paidMcpRoutes } from './mcp/paid.js';
 import { openAiRoutes } from './openai.js';
 import { installCors, openApiRoutes, recordRoutes } from './http/openapi.js';
 import { webhookRoutes } from './http/webhooks.js';
@@ -47,6 +48,8 @@ export async function registerFaces(app: FastifyInstance): Promise<void> {
   await app.register(usageRoutes);
   await app.register(keyRoutes);
   await app.register(mcpRoutes);
+  // x402 pay-per-call over MCP: its own plugin (no key, so none of /mcp's authentication hook).
+  await app.register(paidMcpRoutes);
   await app.register(openAiRoutes);
   await app.register(openApiRoutes);
   await app.register(webhookRoutes);

@@ -2,7 +2,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, envelope } from '../../errors.js';
 import { getTool } from '../../tools/index.js';
 import { inputJsonSchema } from '../../calls/catalogue.js';
-import { takeEdgeToken } from '../../calls/admission.js';
+import { takeEdgeToken, type CallService } from '../../calls/admission.js';
 import { Idempotency, type StoredResponse } from '../../calls/idempotency.js';
 import type { PayPerCall, PaidRun } from '../../calls/pay-per-call.js';
 import { isPaymentError, paymentErrorBody, type PaymentHeaders } from '../../pay/x402/index.js';
@@ -40,9 +40,18 @@ export function refuseSideEffects(tools: readonly Pick<AnyTool, 'name' | 'sideEf
   );
 }
 
+/**
+ * The request's fingerprint, and its Idempotency-Key when it has one. A payment carrying an x402
+ * payment identifier is bound to the fingerprint (and then governs: the Idempotency-Key is not used).
+ */
 export function paidIdempotency(req: FastifyRequest): PaidRun['idempotency'] {
   const key = req.headers['idempotency-key'];
-  return typeof key === 'string' ? { key, fingerprint: Idempotency.fingerprint(req.method, req.url, req.body) } : undefined;
+  return { ...(typeof key === 'string' ? { key } : {}), fingerprint: Idempotency.fingerprint(req.method, req.url, req.body) };
+}
+
+/** Whether a tool is sold per call: paid (free tools need a key) and without side effects (see above). */
+export function soldPerCall(tool: Pick<AnyTool, 'priceCents' | 'sideEffects'>): boolean {
+  return tool.priceCents > 0 && !tool.sideEffects;
 }
 
 /**
@@ -73,30 +82,59 @@ export function sendPaid(req: FastifyRequest, reply: FastifyReply, out: StoredRe
 
 /** POST /tools/{name} without a key: 402 with the price, or run it for the payment in X-Payment. */
 export async function sendPaidToolCall(req: FastifyRequest<{ Params: { name: string } }>, reply: FastifyReply, payPerCall: PayPerCall) {
-  const { calls } = req.server.container.api!;
   const tool = getTool(req.params.name);
+  const out = await runPaidToolCall(req.server.container.api!.calls, payPerCall, {
+    tool,
+    input: req.body,
+    edgeToken: edgeTokenHeader(req),
+    requestId: req.id,
+    resource: `${baseUrl(req.server, req)}/tools/${tool.name}`,
+    payment: paymentHeaders(req),
+    idempotency: paidIdempotency(req),
+  });
+  return sendPaid(req, reply, out);
+}
+
+export interface PaidToolCall {
+  tool: AnyTool;
+  /** The arguments as received (an edge_token among them is taken out before anything else). */
+  input: unknown;
+  /** The transport's edge token (X-Edge-Token), used when the arguments carry none. */
+  edgeToken: string | undefined;
+  requestId: string;
+  /** What the payment is for: the route's URL over HTTP, mcp://tool/{name} over MCP. */
+  resource: string;
+  payment: PaymentHeaders;
+  idempotency: PaidRun['idempotency'];
+}
+
+/**
+ * One tool call paid per call, whatever the transport (POST /tools/{name}, MCP tools/call on
+ * /mcp/x402): the same refusals before any price is quoted, the same money rules (PayPerCall).
+ */
+export async function runPaidToolCall(calls: CallService, payPerCall: PayPerCall, c: PaidToolCall): Promise<StoredResponse & { replayed: boolean }> {
+  const { tool } = c;
   refuseSideEffects([tool]);
   if (tool.priceCents === 0) throw freeNeedsKey(tool.name);
   // Bad input is refused before any money is asked for.
-  const taken = takeEdgeToken(req.body);
-  calls.prepare(tool, taken.input, edgeTokenHeader(req) ?? taken.edgeToken);
-  const out = await payPerCall.run(
+  const taken = takeEdgeToken(c.input);
+  const edgeToken = c.edgeToken ?? taken.edgeToken;
+  calls.prepare(tool, taken.input, edgeToken);
+  return payPerCall.run(
     {
-      payment: paymentHeaders(req),
+      payment: c.payment,
       call: {
         tool: tool.name,
         priceCents: tool.priceCents,
-        resource: `${baseUrl(req.server, req)}/tools/${tool.name}`,
+        resource: c.resource,
         description: `${tool.name}: ${tool.description}`,
         // x402 discovery: how to call the resource and what it returns.
         outputSchema: { input: { type: 'http', method: 'POST', bodyType: 'json', bodyFields: inputJsonSchema(tool) }, output: { description: tool.output } },
       },
-      idempotency: paidIdempotency(req),
+      idempotency: c.idempotency,
     },
     // Always synchronous: the result must be settled and returned on this response (no GET /jobs
     // without a key), so Prefer: respond-async does not apply.
-    async (caller, track) =>
-      answerResponse(await calls.call(caller, tool.name, req.body, { requestId: req.id, edgeToken: edgeTokenHeader(req), onJobId: track })),
+    async (caller, track) => answerResponse(await calls.call(caller, tool.name, c.input, { requestId: c.requestId, edgeToken: c.edgeToken, onJobId: track })),
   );
-  return sendPaid(req, reply, out);
 }

@@ -3,6 +3,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { z } from 'zod';
 import type { Config } from '../../config.js';
 import { AppError, isAppError } from '../../errors.js';
+import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { createMcpServer } from './server.js';
 import { rateLimitHeaders } from '../../access/rate-limit.js';
 import { isJsonTooDeep, jsonBodyParser } from '../http/plugins/json-body.js';
@@ -31,12 +32,12 @@ const JsonRpcMessageSchema = named(
     .describe('A JSON-RPC 2.0 request, notification or answer.'),
 );
 
-const JsonRpcSchema = named(
+export const JsonRpcSchema = named(
   'JsonRpc',
   z.union([JsonRpcMessageSchema, z.array(JsonRpcMessageSchema)]).describe('A JSON-RPC 2.0 message or batch (MCP Streamable HTTP, stateless).'),
 );
 
-const JsonRpcErrorSchema = named(
+export const JsonRpcErrorSchema = named(
   'JsonRpcError',
   z
     .object({
@@ -52,7 +53,7 @@ const JsonRpcErrorSchema = named(
 );
 
 /** An answer that is either the service's error envelope (before the MCP transport) or a JSON-RPC error (from it). */
-const eitherError = (description: string): ResponseDoc => ({
+export const eitherError = (description: string): ResponseDoc => ({
   description,
   content: { 'application/json': { schema: { oneOf: [{ $ref: '#/components/schemas/Error' }, { $ref: '#/components/schemas/JsonRpcError' }] } } },
 });
@@ -64,7 +65,7 @@ const TOO_DEEP = Symbol('too deep');
 /** Marks a body with U+0000 or an unpaired surrogate in a string (src/db/pg-text.ts): an Invalid Request. */
 const UNSUPPORTED = Symbol('unsupported character');
 
-function invalidRequest(reply: FastifyReply, message: string) {
+export function invalidRequest(reply: FastifyReply, message: string) {
   return reply.status(400).send({ jsonrpc: '2.0', id: null, error: { code: -32600, message: `Invalid Request: ${message}` } });
 }
 
@@ -119,28 +120,11 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
   const { config } = app.container;
   const originAllowed = originChecker(config);
 
-  // Parse errors must wait until after authentication and must come back as JSON-RPC errors, so the
-  // body is parsed here (this plugin's scope only) by the app's one JSON parser (depth cap,
-  // prototype-poisoning protection), its failures kept as markers for the handler to answer.
-  const parseJson = jsonBodyParser(app, config.MAX_JSON_DEPTH);
-  app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    parseJson(req, body as string, (err, value) =>
-      done(null, err ? (isJsonTooDeep(err) ? TOO_DEEP : isUnsupportedCharacter(err) ? UNSUPPORTED : NOT_JSON) : value),
-    );
-  });
+  installJsonRpcParser(app, config);
 
   // onRequest runs before the body is read: a foreign page or a caller without a key gets nothing more.
   app.addHook('onRequest', async (req, reply) => {
-    const origin = header(req, 'origin');
-    if (!originAllowed(origin, header(req, 'host'))) {
-      throw new AppError('forbidden', `Origin ${origin} may not call /mcp (DNS-rebinding protection); the operator can list it in MCP_ALLOWED_ORIGINS`);
-    }
-    if (origin !== undefined) {
-      // An allowed browser origin needs CORS to read the answer.
-      reply.header('access-control-allow-origin', origin).header('vary', 'Origin');
-      reply.header('access-control-expose-headers', 'mcp-session-id, mcp-protocol-version, x-request-id');
-    }
+    guardOrigin(originAllowed, req, reply);
     if (req.method === 'POST') await authenticate(app, req, reply);
   });
 
@@ -214,21 +198,14 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
       } satisfies RouteSchema,
     },
     async (req, reply) => {
-      if (req.body === NOT_JSON) {
-        return reply.status(400).send({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'Parse error: the body is not valid JSON' } });
-      }
-      if (req.body === TOO_DEEP) return invalidRequest(reply, `JSON body nests deeper than ${config.MAX_JSON_DEPTH} levels`);
-      if (req.body === UNSUPPORTED)
-        return invalidRequest(reply, 'a string or key contains U+0000 or an unpaired UTF-16 surrogate, which this service does not accept');
+      const refused = refuseMarkedBody(reply, req.body, config);
+      if (refused) return refused;
       if (Array.isArray(req.body)) {
         const caller = req.caller!;
         const n = req.body.length;
         const limit = limiter.limitFor(caller.plan, caller.rpm);
-        // Refused whole, before any message is handled: answers to a batch can be far larger than it.
-        if (n > config.MCP_MAX_BATCH) return invalidRequest(reply, `a batch may hold at most ${config.MCP_MAX_BATCH} messages; this one has ${n}`);
-        if (n > limit) return invalidRequest(reply, `a batch of ${n} messages is more than this key's ${limit} requests per minute`);
-        // A tools/call's admission and result belong to its one HTTP request (idempotency, progress).
-        if (req.body.filter(isToolCall).length > 1) return invalidRequest(reply, 'send at most one tools/call per HTTP request');
+        const why = batchRefusal(req.body, config, limit);
+        if (why) return invalidRequest(reply, why);
         // Every message counts against the rate limit; authentication counted the first.
         if (n > 1) reply.headers(rateLimitHeaders(await limiter.hit(caller.accountId, limit, n - 1)));
       }
@@ -243,30 +220,7 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
           ...(typeof idempotencyKey === 'string' ? { idempotencyKey } : {}),
         },
       );
-      const transport = new StreamableHTTPServerTransport({
-        sessionIdGenerator: undefined,
-        // Plain JSON answers unless a tools/call asks for progress, which needs the SSE form to arrive.
-        enableJsonResponse: !asksForProgress(req.body),
-      });
-      // The SDK writes the response itself; carry over what Fastify would have added (request id,
-      // rate-limit and CORS headers) since its onSend hooks will not run.
-      reply.hijack();
-      for (const [k, v] of Object.entries(reply.getHeaders())) if (v !== undefined) reply.raw.setHeader(k, v);
-      reply.raw.setHeader('x-request-id', req.id);
-      reply.raw.on('close', () => {
-        void transport.close();
-        void server.close();
-      });
-      try {
-        await server.connect(transport);
-        await transport.handleRequest(req.raw, reply.raw, req.body);
-      } catch (err) {
-        req.log.error({ err }, 'MCP request failed');
-        if (!reply.raw.headersSent) {
-          reply.raw.writeHead(500, { 'content-type': 'application/json' });
-          reply.raw.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32603, message: 'Internal error' } }));
-        } else reply.raw.end();
-      }
+      await serveMcp(req, reply, server);
     },
   );
 
@@ -302,6 +256,90 @@ async function authenticate(app: FastifyInstance, req: FastifyRequest, reply: Fa
       throw new AppError(e.code, e.message, e.details, { headers: { ...e.headers, 'www-authenticate': 'Bearer realm="tollgate"' } });
     }
     throw e;
+  }
+}
+
+// --- Shared by every MCP endpoint (/mcp with a key, /mcp/x402 paid per call: src/faces/mcp/paid.ts) ---
+
+/**
+ * Parse errors must wait until after authentication and must come back as JSON-RPC errors, so the
+ * body is parsed in the endpoint's plugin scope by the app's one JSON parser (depth cap,
+ * prototype-poisoning protection), its failures kept as markers for refuseMarkedBody to answer.
+ */
+export function installJsonRpcParser(app: FastifyInstance, config: Config): void {
+  const parseJson = jsonBodyParser(app, config.MAX_JSON_DEPTH);
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    parseJson(req, body as string, (err, value) =>
+      done(null, err ? (isJsonTooDeep(err) ? TOO_DEEP : isUnsupportedCharacter(err) ? UNSUPPORTED : NOT_JSON) : value),
+    );
+  });
+}
+
+/** The JSON-RPC error for a body installJsonRpcParser could not take, or undefined for a good one. */
+export function refuseMarkedBody(reply: FastifyReply, body: unknown, config: Config): FastifyReply | undefined {
+  if (body === NOT_JSON) {
+    return reply.status(400).send({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'Parse error: the body is not valid JSON' } });
+  }
+  if (body === TOO_DEEP) return invalidRequest(reply, `JSON body nests deeper than ${config.MAX_JSON_DEPTH} levels`);
+  if (body === UNSUPPORTED) return invalidRequest(reply, 'a string or key contains U+0000 or an unpaired UTF-16 surrogate, which this service does not accept');
+  return undefined;
+}
+
+/**
+ * Why a batch is refused whole, before any message is handled (answers to a batch can be far larger
+ * than it), or undefined. `perMinute`: the key's rate, when there is a key.
+ */
+export function batchRefusal(batch: unknown[], config: Config, perMinute?: number): string | undefined {
+  const n = batch.length;
+  if (n > config.MCP_MAX_BATCH) return `a batch may hold at most ${config.MCP_MAX_BATCH} messages; this one has ${n}`;
+  if (perMinute !== undefined && n > perMinute) return `a batch of ${n} messages is more than this key's ${perMinute} requests per minute`;
+  // A tools/call's admission and result belong to its one HTTP request (idempotency, payment, progress).
+  if (batch.filter(isToolCall).length > 1) return 'send at most one tools/call per HTTP request';
+  return undefined;
+}
+
+/** DNS-rebinding protection (originChecker) for an MCP endpoint's onRequest, and CORS for an allowed origin. */
+export function guardOrigin(originAllowed: ReturnType<typeof originChecker>, req: FastifyRequest, reply: FastifyReply): void {
+  const origin = header(req, 'origin');
+  if (!originAllowed(origin, header(req, 'host'))) {
+    throw new AppError(
+      'forbidden',
+      `Origin ${origin} may not call ${req.url.split('?')[0]} (DNS-rebinding protection); the operator can list it in MCP_ALLOWED_ORIGINS`,
+    );
+  }
+  if (origin !== undefined) {
+    // An allowed browser origin needs CORS to read the answer.
+    reply.header('access-control-allow-origin', origin).header('vary', 'Origin');
+    reply.header('access-control-expose-headers', 'mcp-session-id, mcp-protocol-version, x-request-id, www-authenticate');
+  }
+}
+
+/** Answers the request with a fresh MCP server over a stateless Streamable HTTP transport. */
+export async function serveMcp(req: FastifyRequest, reply: FastifyReply, server: Server): Promise<void> {
+  const transport = new StreamableHTTPServerTransport({
+    sessionIdGenerator: undefined,
+    // Plain JSON answers unless a tools/call asks for progress, which needs the SSE form to arrive.
+    enableJsonResponse: !asksForProgress(req.body),
+  });
+  // The SDK writes the response itself; carry over what Fastify would have added (request id,
+  // rate-limit and CORS headers) since its onSend hooks will not run.
+  reply.hijack();
+  for (const [k, v] of Object.entries(reply.getHeaders())) if (v !== undefined) reply.raw.setHeader(k, v);
+  reply.raw.setHeader('x-request-id', req.id);
+  reply.raw.on('close', () => {
+    void transport.close();
+    void server.close();
+  });
+  try {
+    await server.connect(transport);
+    await transport.handleRequest(req.raw, reply.raw, req.body);
+  } catch (err) {
+    req.log.error({ err }, 'MCP request failed');
+    if (!reply.raw.headersSent) {
+      reply.raw.writeHead(500, { 'content-type': 'application/json' });
+      reply.raw.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32603, message: 'Internal error' } }));
+    } else reply.raw.end();
   }
 }
 

@@ -239,14 +239,14 @@ function stored(result: CallToolResult) {
   return { status: result.isError ? ((ERROR_STATUS as Record<string, number>)[code ?? ''] ?? 500) : 200, headers: {}, body: result };
 }
 
-function success(body: CallResult): CallToolResult {
+export function success(body: CallResult): CallToolResult {
   const structured = body as unknown as Record<string, unknown>;
   // The text mirrors structuredContent, as MCP asks of tools that return structured content.
   return { content: [{ type: 'text', text: JSON.stringify(body) }], structuredContent: structured };
 }
 
 /** Business failures are tool results the model can read and act on, not protocol errors. */
-function failure(err: AppError): CallToolResult {
+export function failure(err: AppError): CallToolResult {
   return {
     isError: true,
     content: [{ type: 'text', text: `${err.code}: ${err.message}` }],

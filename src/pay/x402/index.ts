@@ -14,3 +14,4 @@ export * from './verify.js';
 export * from './settler.js';
 export * from './store.js';
 export * from './flow.js';
+export * from './payment-identifier.js';

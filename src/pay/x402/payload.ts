@@ -79,6 +79,8 @@ export const PaymentPayloadV2Schema = z
     resource: z.object({ url: z.string().max(2048), description: z.string().max(4096).optional(), mimeType: z.string().max(256).optional() }).optional(),
     accepted: PaymentRequirementsV2Schema.describe('The requirements (from PAYMENT-REQUIRED) this payment answers'),
     payload: ExactEvmPayloadSchema,
+    // Echoed extension declarations (payment-identifier...); bounded by the payment's size cap.
+    extensions: z.record(z.unknown()).optional(),
   })
   .describe('x402 v2 PaymentPayload for scheme exact on an EVM network, base64 JSON in the PAYMENT-SIGNATURE header');
 export type PaymentPayloadV2 = z.infer<typeof PaymentPayloadV2Schema>;
@@ -94,14 +96,21 @@ export interface DecodedPayment {
   v2?: PaymentPayloadV2;
 }
 
-/** The payment headers of a request: `PAYMENT-SIGNATURE` (x402 v2) and `X-PAYMENT` (v1). */
+/**
+ * Where a request's payment travels: the `PAYMENT-SIGNATURE` (x402 v2) and `X-PAYMENT` (v1) headers
+ * over HTTP, or MCP's `_meta["x402/payment"]` (the PaymentPayload as a JSON object, not base64).
+ */
 export interface PaymentHeaders {
   signature?: string | string[];
   xPayment?: string | string[];
+  mcpMeta?: unknown;
 }
 
+/** The `_meta` key of a paid MCP tools/call (x402 specs/transports-v2/mcp.md). */
+export const MCP_PAYMENT_META_KEY = 'x402/payment';
+
 export function hasPayment(h: PaymentHeaders): boolean {
-  return h.signature !== undefined || h.xPayment !== undefined;
+  return h.signature !== undefined || h.xPayment !== undefined || h.mcpMeta !== undefined;
 }
 
 /** The shape of a decoded X-Payment, for documentation (after the x402 v1 specification's example; the signature is illustrative). */
@@ -144,10 +153,20 @@ export function decodePaymentHeader(header: string | string[] | undefined, name 
  * header name still works; both go through the same strict decoding.
  */
 export function decodePayment(headers: PaymentHeaders): DecodedPayment {
+  if (headers.mcpMeta !== undefined) return decodeMcpMeta(headers.mcpMeta);
   if (headers.signature !== undefined && headers.xPayment !== undefined) {
     throw paymentInvalid('malformed_payment', 'Send one payment: PAYMENT-SIGNATURE (x402 v2) or X-Payment (v1), not both.');
   }
   return headers.signature !== undefined ? decodeOne(headers.signature, 'PAYMENT-SIGNATURE') : decodeOne(headers.xPayment, 'X-Payment');
+}
+
+/** MCP's `_meta["x402/payment"]`: already JSON, held to the same size cap and schema as a header. */
+function decodeMcpMeta(value: unknown): DecodedPayment {
+  const name = `_meta["${MCP_PAYMENT_META_KEY}"]`;
+  if (JSON.stringify(value).length > MAX_PAYMENT_HEADER_BYTES) {
+    throw paymentInvalid('malformed_payment', `${name} is larger than ${MAX_PAYMENT_HEADER_BYTES} bytes.`);
+  }
+  return decodeJson(value, name);
 }
 
 function decodeOne(header: string | string[] | undefined, name: string): DecodedPayment {
@@ -168,8 +187,13 @@ function decodeOne(header: string | string[] | undefined, name: string): Decoded
   } catch {
     throw paymentInvalid('malformed_payment', `The ${name} header does not decode to JSON.`);
   }
+  return decodeJson(json, `The ${name} header`);
+}
+
+/** A PaymentPayload as JSON, from either transport; `name` says where it came from in messages. */
+function decodeJson(json: unknown, name: string): DecodedPayment {
   if (typeof json !== 'object' || json === null || Array.isArray(json)) {
-    throw paymentInvalid('malformed_payment', `The ${name} header must decode to a JSON object (an x402 PaymentPayload).`);
+    throw paymentInvalid('malformed_payment', `${name} must be a JSON object (an x402 PaymentPayload).`);
   }
   // Version and scheme first: a payload for another scheme has another shape, and "wrong scheme"
   // tells the client more than a list of missing fields would.
@@ -184,7 +208,7 @@ function decodeOne(header: string | string[] | undefined, name: string): Decoded
   const issuesOf = (error: z.ZodError) => {
     const issues = error.issues.map((i) => ({ path: i.path.join('.'), message: i.message }));
     const summary = issues.map((i) => `${i.path || '(payload)'}: ${i.message}`).join('; ');
-    return paymentInvalid('malformed_payment', `The ${name} payload is not a valid x402 exact payment: ${summary}`, { issues });
+    return paymentInvalid('malformed_payment', `${name} is not a valid x402 exact payment: ${summary}`, { issues });
   };
   if (head.x402Version === X402_VERSION) {
     const parsed = PaymentPayloadSchema.safeParse(json);

@@ -91,6 +91,8 @@ export interface PriceSpec {
   description: string;
   /** Optional x402 discovery hint (the tool's input and output). */
   outputSchema?: Record<string, unknown>;
+  /** x402 v2 extensions this resource supports (PaymentRequired.extensions), e.g. payment-identifier. */
+  extensions?: Record<string, unknown>;
 }
 
 export function centsToAtomic(cents: number): bigint {
@@ -175,6 +177,7 @@ export function paymentRequiredV2(config: Config, spec: PriceSpec, error: string
     error,
     resource: resourceInfo(requirements),
     accepts: [toV2Requirements(requirements, networkProfile(config))],
+    ...(spec.extensions ? { extensions: spec.extensions } : {}),
   };
 }
 
