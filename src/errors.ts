@@ -53,6 +53,10 @@ export const ERROR_STATUS = {
   timeout: 504,
   /** The key was revoked, has expired, or was already rotated (POST /keys/{key_id}/rotate). */
   key_not_active: 409,
+  /** POST /toolsets with a name the account already uses for a tool set. */
+  tool_set_exists: 409,
+  /** DELETE /toolsets/{name} of a set that live keys name as their default (`key_ids`). */
+  tool_set_in_use: 409,
   /** POST /credits/topup while x402 (with a settlement that moves money now) is not configured. */
   topup_unavailable: 503,
 } as const;
@@ -71,7 +75,7 @@ export const ERROR_MEANINGS: Record<ErrorCode, string> = {
   payment_invalid: 'The x402 payment is malformed, does not match what was asked, or was refused or failed to settle (`reason`): not charged.',
   payment_already_used: 'The x402 payment authorization (its nonce) was already used: sign a new payment.',
   plan_required: "The account's plan is below what the tool or feature needs (`required_plan`).",
-  tool_not_allowed: 'The sub-key may not call this tool (`allowed_tools`).',
+  tool_not_allowed: "The sub-key may not call this tool (`allowed_tools`), or the key's default tool set does not include it (`tool_set`).",
   forbidden: 'This caller may not do this: a non-production key managing keys or topping up, a key revoking itself, an /mcp origin not allowed.',
   edge_token_rejected: 'Cloudflare rejected the edge token, or it lacks the permission the call needs; not retried.',
   key_in_grace: 'A rotated key in its grace period may only call tools and read its own jobs: use its replacement.',
@@ -97,7 +101,9 @@ export const ERROR_MEANINGS: Record<ErrorCode, string> = {
   tool_unavailable: "The tool cannot run here: its upstream (model, search, archive, video site, DNS) is unset or down, or a model's reply stayed invalid.",
   service_unavailable: 'The service cannot take the call now (Redis or Postgres unreachable, shutting down): not charged; retry.',
   timeout: 'The call was stopped before it or its upstream finished, or a paid-per-call call did not finish within SYNC_TIMEOUT_MS.',
-  key_not_active: 'The key cannot be rotated: it was revoked, has expired, or was already rotated (`state`).',
+  key_not_active: 'The key cannot be rotated (or given a tool set): it was revoked, has expired, or was already rotated (`state`).',
+  tool_set_exists: 'The account already has a tool set of that name: pick another, or replace it with PUT /toolsets/{name}.',
+  tool_set_in_use: 'Live keys name this tool set as their default (`key_ids`): give them another set or none first.',
   topup_unavailable: 'POST /credits/topup while x402 with a settlement that moves money at once is not configured.',
 };
 

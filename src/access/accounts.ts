@@ -3,6 +3,7 @@ import { sql, type DatabasePool } from '../db/pool.js';
 import { PLANS } from '../tools/types.js';
 import { KEY_TYPES, generateKey, type KeyType } from './key-format.js';
 import { AppError } from '../errors.js';
+import { StoredToolSetSchema, isToolSetGone } from './tool-sets.js';
 
 export const AccountSchema = z.object({
   id: z.string().uuid(),
@@ -33,6 +34,8 @@ export const KeyRecordSchema = z.object({
   expires_at: z.string().nullable(),
   /** Keys this one replaced by rotation, directly or through others (their jobs are this key's too). */
   predecessors: z.array(z.string().uuid()),
+  /** The key's default tool set (src/access/tool-sets.ts), as stored; null when it has none. */
+  tool_set: StoredToolSetSchema.nullish(),
 });
 export type KeyRecord = z.infer<typeof KeyRecordSchema>;
 
@@ -42,6 +45,7 @@ export const SubKeySchema = z.object({
   display_prefix: z.string(),
   monthly_limit: z.number().int(),
   allowed_tools: z.array(z.string()),
+  tool_set: z.string().nullable(),
   used_this_month: z.number().int(),
   created_at: z.string(),
 });
@@ -155,15 +159,29 @@ export class AccountsRepo {
     monthlyLimitCents?: number | null;
     allowedTools?: string[] | null;
     createdByKeyId?: string | null;
+    /** A tool set of the account, by name, as the key's default set: no such set, no key (invalid_input). */
+    toolSet?: string | null;
   }): Promise<{ key_id: string; api_key: string; display_prefix: string; created_at: string }> {
     const { key, hash, displayPrefix } = generateKey(input.type);
-    const row = await this.pool.one(sql.type(z.object({ id: z.string(), created_at: z.string() }))`
-      INSERT INTO api_keys (account_id, key_hash, display_prefix, type, name, monthly_limit_cents, allowed_tools, created_by_key_id)
-      VALUES (${input.accountId}, ${hash}, ${displayPrefix}, ${input.type}, ${input.name ?? null},
-              ${input.monthlyLimitCents ?? null},
-              ${input.allowedTools ? sql.array(input.allowedTools, 'text') : null},
-              ${input.createdByKeyId ?? null})
-      RETURNING id, created_at`);
+    // The set is found in the statement itself: a name the account has no set by inserts nothing, and
+    // a set deleted meanwhile fails the key's reference to it, so no key is made without its set.
+    const toolSet = input.toolSet ?? null;
+    const row = await this.pool
+      .maybeOne(sql.type(z.object({ id: z.string(), created_at: z.string() }))`
+      INSERT INTO api_keys (account_id, key_hash, display_prefix, type, name, monthly_limit_cents, allowed_tools, created_by_key_id, tool_set_id)
+      SELECT ${input.accountId}, ${hash}, ${displayPrefix}, ${input.type}, ${input.name ?? null},
+             ${input.monthlyLimitCents ?? null},
+             ${input.allowedTools ? sql.array(input.allowedTools, 'text') : null},
+             ${input.createdByKeyId ?? null}, s.id
+      FROM (SELECT (SELECT id FROM tool_sets WHERE account_id = ${input.accountId} AND name = ${toolSet}) AS id) s
+      WHERE ${toolSet}::text IS NULL OR s.id IS NOT NULL
+      RETURNING id, created_at`)
+      .catch((e: unknown) => {
+        if (isToolSetGone(e)) return null;
+        throw e;
+      });
+    if (!row)
+      throw new AppError('invalid_input', `No tool set named ${toolSet} on this account`, { issues: [{ path: ['tool_set'], message: 'unknown tool set' }] });
     return { key_id: row.id, api_key: key, display_prefix: displayPrefix, created_at: row.created_at };
   }
 
@@ -176,6 +194,8 @@ export class AccountsRepo {
     const rows = await this.pool.any(sql.type(KeyRecordSchema.extend({ key_hash: z.string() }))`
       SELECT k.key_hash, k.id AS key_id, k.account_id, k.type, k.name, a.plan, a.rpm, a.elite, a.max_in_flight,
              k.monthly_limit_cents, k.allowed_tools, k.revoked_at, k.expires_at,
+             (SELECT json_build_object('name', ts.name, 'tools', ts.tools, 'families', ts.families)
+              FROM tool_sets ts WHERE ts.id = k.tool_set_id) AS tool_set,
              ARRAY(
                WITH RECURSIVE pred(id, depth) AS (
                  SELECT p.id, 1 FROM api_keys p WHERE p.replaced_by_key_id = k.id
@@ -235,7 +255,7 @@ export class AccountsRepo {
   async listSubKeys(accountId: string): Promise<SubKey[]> {
     const rows = await this.pool.any(sql.type(SubKeySchema)`
       SELECT k.id AS key_id, k.name, k.display_prefix, k.monthly_limit_cents AS monthly_limit,
-             k.allowed_tools, k.created_at,
+             k.allowed_tools, k.created_at, (SELECT ts.name FROM tool_sets ts WHERE ts.id = k.tool_set_id) AS tool_set,
              COALESCE((SELECT -SUM(l.delta_cents) FROM ledger l
                        WHERE l.key_id = k.id AND l.kind = 'charge' AND l.created_at >= ${monthStart}), 0)::bigint AS used_this_month
       FROM api_keys k
@@ -268,9 +288,9 @@ export class AccountsRepo {
     | { ok: false; state: 'missing' | 'not_rotatable' | 'revoked' | 'expired' | 'rotated'; type?: KeyType }
   > {
     return this.pool.transaction(async (tx) => {
-      const old = await tx.maybeOne(sql.type(KeyInfoSchema.extend({ key_hash: z.string(), expired: z.boolean() }))`
+      const old = await tx.maybeOne(sql.type(KeyInfoSchema.extend({ key_hash: z.string(), expired: z.boolean(), tool_set_id: z.string().uuid().nullable() }))`
         SELECT id AS key_id, type, display_prefix, name, created_at, last_used_at, revoked_at, expires_at, replaced_by_key_id,
-               key_hash, (expires_at IS NOT NULL AND expires_at <= now()) AS expired
+               key_hash, (expires_at IS NOT NULL AND expires_at <= now()) AS expired, tool_set_id
         FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId}
         FOR UPDATE`);
       if (!old) return { ok: false as const, state: 'missing' as const };
@@ -280,8 +300,8 @@ export class AccountsRepo {
       if (old.replaced_by_key_id) return { ok: false as const, state: 'rotated' as const };
       const { key, hash, displayPrefix } = generateKey(old.type);
       const row = await tx.one(sql.type(z.object({ id: z.string(), created_at: z.string() }))`
-        INSERT INTO api_keys (account_id, key_hash, display_prefix, type, name, created_by_key_id)
-        VALUES (${accountId}, ${hash}, ${displayPrefix}, ${old.type}, ${old.name}, ${old.key_id})
+        INSERT INTO api_keys (account_id, key_hash, display_prefix, type, name, created_by_key_id, tool_set_id)
+        VALUES (${accountId}, ${hash}, ${displayPrefix}, ${old.type}, ${old.name}, ${old.key_id}, ${old.tool_set_id})
         RETURNING id, created_at`);
       const updated = await tx.one(sql.type(KeyInfoSchema)`
         UPDATE api_keys SET expires_at = now() + make_interval(secs => ${graceSeconds}), replaced_by_key_id = ${row.id}

@@ -9,6 +9,7 @@ import { AppError } from '../errors.js';
 import type { AccountsRepo, KeyRecord } from './accounts.js';
 import type { Plan } from '../tools/types.js';
 import { parseKey, type KeyType } from './key-format.js';
+import { keyToolSet, type KeyToolSet } from './tool-sets.js';
 
 /** Who is calling. Built once per request by authentication. */
 export interface KeyCaller {
@@ -31,6 +32,8 @@ export interface KeyCaller {
   inGrace: boolean;
   /** This key and every key it replaced by rotation: the jobs this key may read and cancel are theirs. */
   ownKeyIds: readonly string[];
+  /** The key's default tool set (src/access/tool-sets.ts): it calls nothing outside it. Absent or null: none. */
+  toolSet?: KeyToolSet | null;
 }
 
 /** An agent paying this one call with an x402 payment; it has no account. */
@@ -55,6 +58,7 @@ export function callerFromRecord(r: KeyRecord): KeyCaller {
     subKey: r.type === 'sub' ? { keyId: r.key_id, monthlyLimitCents: r.monthly_limit_cents ?? 0, allowedTools: r.allowed_tools ?? [] } : null,
     inGrace: r.expires_at !== null,
     ownKeyIds: r.predecessors.length ? [r.key_id, ...r.predecessors] : [r.key_id],
+    toolSet: keyToolSet(r.tool_set),
   };
 }
 

@@ -20,6 +20,7 @@ import type { Caller } from '../access/auth.js';
 import { PLAN_MAX_IN_FLIGHT, slotOwner, type InFlightSlots } from '../access/in-flight.js';
 import type { CreditReservations } from '../money/holds.js';
 import { assertEdgeToken, type EdgeTokenSealer } from '../access/edge-token.js';
+import { assertInKeyToolSet } from '../access/tool-sets.js';
 import type { CallJobData, CallResult } from '../queue/call-job.js';
 import { parseOrThrow } from '../errors.js';
 import type { DeferredHit } from '../access/rate-limit.js';
@@ -45,7 +46,10 @@ export interface CallOptions {
   rateLimit?: DeferredHit;
 }
 
-/** Checks that the caller's plan and key may use the tool. */
+/**
+ * Checks that the caller's plan and key may use the tool: the plan's tier, a sub-key's (or grant's)
+ * allowed_tools and the key's default tool set, all of them (every surface calls this).
+ */
 export function authorizeTool(caller: Caller, tool: AnyTool): void {
   if (caller.kind !== 'key') return;
   if (planRank(caller.plan) < planRank(tool.tier)) {
@@ -57,6 +61,7 @@ export function authorizeTool(caller: Caller, tool: AnyTool): void {
   if (caller.subKey && !caller.subKey.allowedTools.includes(tool.name)) {
     throw new AppError('tool_not_allowed', `This sub-key may not call ${tool.name}`, { allowed_tools: caller.subKey.allowedTools });
   }
+  assertInKeyToolSet(caller.toolSet, tool.name);
 }
 
 /** Takes `edge_token` out of a request body so it is never validated, queued or logged in clear. */

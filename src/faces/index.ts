@@ -19,6 +19,7 @@ import { streamRoutes } from './http/stream.js';
 import { subkeyRoutes } from './http/subkeys.js';
 import { usageRoutes } from './http/usage.js';
 import { keyRoutes } from './http/keys.js';
+import { toolSetRoutes } from './http/toolsets.js';
 import { mcpRoutes } from './mcp/routes.js';
 import { paidMcpRoutes } from './mcp/paid.js';
 import { openAiRoutes } from './openai.js';
@@ -47,6 +48,7 @@ export async function registerFaces(app: FastifyInstance): Promise<void> {
   await app.register(subkeyRoutes);
   await app.register(usageRoutes);
   await app.register(keyRoutes);
+  await app.register(toolSetRoutes);
   await app.register(mcpRoutes);
   // x402 pay-per-call over MCP: its own plugin (no key, so none of /mcp's authentication hook).
   await app.register(paidMcpRoutes);

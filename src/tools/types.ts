@@ -250,6 +250,14 @@ export interface ToolDefinition<S extends z.ZodTypeAny = z.ZodTypeAny, R = unkno
   progress?: boolean;
   /** Changes things outside the service (cf_* writes): MCP destructiveHint, dry run for sandbox keys. */
   sideEffects?: boolean;
+  /**
+   * The same call again (same input) changes nothing more than the first did: MCP idempotentHint.
+   * Default: tools without side effects, which compute or read and keep nothing (see isIdempotent).
+   * Declare it on the rest: `true` on writes that set a state or remove a thing (cf_update_dns,
+   * cf_ssl_mode, cf_delete_worker...), `false` on a tool that keeps what each call makes (handoff).
+   * Charging is apart from it: every successful call is charged (an Idempotency-Key prevents a repeat).
+   */
+  idempotent?: boolean;
   /** Needs the caller's edge-network token (X-Edge-Token). */
   needsEdgeToken?: boolean;
   /** Documented output shape, one line, for GET /tools/{name}. */
@@ -291,3 +299,8 @@ export function defineTool<S extends z.ZodTypeAny, R>(def: ToolDefinition<S, R>)
 }
 
 export type AnyTool = ToolDefinition<z.ZodTypeAny, unknown>;
+
+/** Whether calling the tool again with the same input changes nothing more (see `idempotent`). */
+export function isIdempotent(tool: Pick<AnyTool, 'idempotent' | 'sideEffects'>): boolean {
+  return tool.idempotent ?? !tool.sideEffects;
+}

@@ -5,6 +5,7 @@ import { findTool } from '../../tools/index.js';
 import type { KeyCaller } from '../../access/auth.js';
 import { KeyAuthenticator } from '../../access/auth.js';
 import { requireKeyOwner } from '../../access/keys.js';
+import { ToolSetName } from '../../access/tool-sets.js';
 import { RATE_LIMIT } from './openapi-components.js';
 import { errors, input, named, ok, type RouteSchema } from './route-schema.js';
 
@@ -24,6 +25,9 @@ const CreateSubKey = named(
         })
         .transform((names) => [...new Set(names)])
         .describe('Tool names (GET /tools lists them); an unknown name is refused, repeated names count once.'),
+      tool_set: ToolSetName.optional().describe(
+        "A tool set of the account (POST /toolsets) as the sub-key's default set: it may call only tools in both it and allowed_tools.",
+      ),
     })
     .strict(),
 );
@@ -37,6 +41,7 @@ const SubKeySchema = named(
       display_prefix: z.string().describe('The first characters of the key, to recognise it by.'),
       monthly_limit: z.number().int().describe('Cents per calendar month (UTC).'),
       allowed_tools: z.array(z.string()),
+      tool_set: z.string().nullable().describe('Its default tool set (PUT /keys/{key_id}/tool_set changes it), or null.'),
       used_this_month: z.number().int().describe('Cents charged to this sub-key this calendar month (UTC).'),
       created_at: z.string().datetime(),
     })
@@ -52,6 +57,7 @@ const NewSubKeySchema = named(
       name: z.string(),
       monthly_limit: z.number().int().describe('Cents per calendar month (UTC).'),
       allowed_tools: z.array(z.string()).describe('As sent, each name once.'),
+      tool_set: z.string().nullable().describe('Its default tool set, or null.'),
       used_this_month: z.literal(0),
       created_at: z.string().datetime(),
     })
@@ -86,7 +92,9 @@ export async function subkeyRoutes(app: FastifyInstance): Promise<void> {
         operationId: 'createSubKey',
         tags: ['Sub-keys'],
         summary: 'Create a sub-key with a monthly limit and allowed tools (enterprise)',
-        description: `A key (cv_sub_) that calls only \`allowed_tools\`, charged to the account, refused (402 monthly_limit_exceeded) past \`monthly_limit\` cents a month. ${MANAGER}`,
+        description:
+          `A key (cv_sub_) that calls only \`allowed_tools\` (and, given \`tool_set\`, only those also in that set; an unknown set: 400), charged to the account, ` +
+          `refused (402 monthly_limit_exceeded) past \`monthly_limit\` cents a month. ${MANAGER}`,
         body: CreateSubKey,
         bodyExamples: {
           agent: {
@@ -108,6 +116,7 @@ export async function subkeyRoutes(app: FastifyInstance): Promise<void> {
         monthlyLimitCents: body.monthly_limit,
         allowedTools: body.allowed_tools,
         createdByKeyId: caller.keyId,
+        toolSet: body.tool_set ?? null,
       });
       return reply.status(201).send({
         key_id: key.key_id,
@@ -115,6 +124,7 @@ export async function subkeyRoutes(app: FastifyInstance): Promise<void> {
         name: body.name,
         monthly_limit: body.monthly_limit,
         allowed_tools: body.allowed_tools,
+        tool_set: body.tool_set ?? null,
         used_this_month: 0,
         created_at: key.created_at,
       });

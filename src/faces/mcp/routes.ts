@@ -5,6 +5,8 @@ import type { Config } from '../../config.js';
 import { AppError, isAppError } from '../../errors.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { createMcpServer } from './server.js';
+import { McpQuery, readNarrowing } from './narrowing.js';
+import { ToolSetsRepo } from '../../access/tool-sets.js';
 import { rateLimitHeaders } from '../../access/rate-limit.js';
 import { isJsonTooDeep, jsonBodyParser } from '../http/plugins/json-body.js';
 import { isUnsupportedCharacter } from '../http/plugins/input-guard.js';
@@ -117,6 +119,7 @@ function header(req: FastifyRequest, name: string): string | undefined {
 /** Streamable HTTP (stateless) MCP endpoint: a fresh server and transport per POST. */
 export async function mcpRoutes(app: FastifyInstance): Promise<void> {
   const { calls, dispatcher, idempotency, limiter } = app.container.api!;
+  const toolSets = new ToolSetsRepo(app.container.pool);
   const { config } = app.container;
   const originAllowed = originChecker(config);
 
@@ -160,10 +163,13 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
         summary: 'Model Context Protocol (Streamable HTTP, stateless)',
         description:
           'tools/list shows what your key may call; tools/call runs and charges like POST /tools/{name}. A fresh server per request: no session, no Mcp-Session-Id. ' +
+          '?tools=, ?families= and ?set= narrow what this URL lists and may call (each given narrows; an unknown name: 400 invalid_input); ' +
+          'tools/list pages by name, 50 tools a page (nextCursor). ' +
           'Send Accept: application/json, text/event-stream; Mcp-Protocol-Version is optional (an unsupported one: 400). A batch may hold at most MCP_MAX_BATCH messages, no more than ' +
           "the key's requests per minute (each counts against the rate limit) and at most one tools/call. A browser Origin must be the service's own or listed in " +
           'MCP_ALLOWED_ORIGINS (else 403, before the key is checked); a 401 carries WWW-Authenticate: Bearer.',
         parameters: ['Idempotency-Key', 'X-Edge-Token'],
+        querystring: McpQuery,
         body: JsonRpcSchema,
         bodyExamples: {
           list: { summary: 'The tools this key may call', value: { jsonrpc: '2.0', id: 1, method: 'tools/list' } },
@@ -184,9 +190,9 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
             },
           },
           '202': empty('Only notifications or answers were sent: accepted, nothing to answer.', RATE_LIMIT),
-          '400': ok(
-            JsonRpcErrorSchema,
-            'Parse error (-32700: not JSON, not JSON-RPC), invalid request (-32600: nested too deep, U+0000 or an unpaired surrogate in a string, a batch too large, two tools/calls in one request) or an unsupported Mcp-Protocol-Version (-32000).',
+          '400': eitherError(
+            'invalid_input (Error): the query names an unknown tool, family or tool set. ' +
+              'Parse error (-32700: not JSON, not JSON-RPC), invalid request (-32600: nested too deep, U+0000 or an unpaired surrogate in a string, a batch too large, two tools/calls in one request) or an unsupported Mcp-Protocol-Version (-32000).',
           ),
           ...errors(['403', '413']),
           '406': ok(JsonRpcErrorSchema, 'Accept must list both application/json and text/event-stream.'),
@@ -198,6 +204,8 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
       } satisfies RouteSchema,
     },
     async (req, reply) => {
+      // The URL's narrowing first: a bad one is refused in the service's envelope, before the transport.
+      const narrowing = await readNarrowing(req, req.caller!, toolSets);
       const refused = refuseMarkedBody(reply, req.body, config);
       if (refused) return refused;
       if (Array.isArray(req.body)) {
@@ -214,6 +222,7 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
         { calls, dispatcher, idempotency, syncTimeoutMs: app.container.config.SYNC_TIMEOUT_MS },
         {
           caller: req.caller!,
+          narrowing,
           requestId: req.id,
           edgeToken: edgeTokenHeader(req),
           log: req.log,

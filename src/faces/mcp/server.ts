@@ -13,10 +13,11 @@ import { ClientGone, Idempotency, stillRunning, type TrackJob } from '../../call
 import { awaitJobBody } from '../../calls/await-job.js';
 import type { CompletionDispatcher } from '../../queue/dispatcher.js';
 import { TOOLS, dollars, findTool } from '../../tools/index.js';
-import type { AnyTool } from '../../tools/types.js';
+import { isIdempotent, type AnyTool } from '../../tools/types.js';
 import type { KeyCaller } from '../../access/auth.js';
+import type { ToolNarrowing } from '../../access/tool-sets.js';
 import { authorizeTool, takeEdgeToken, type CallService } from '../../calls/admission.js';
-import { API_VERSION, inputJsonSchema } from '../../calls/catalogue.js';
+import { API_VERSION, inputJsonSchema, outputJsonSchema } from '../../calls/catalogue.js';
 import { JobWatch } from '../../calls/job-watch.js';
 import type { CallResult } from '../../queue/call-job.js';
 
@@ -33,7 +34,10 @@ const EDGE_TOKEN_PROPERTY = {
     'connection sends an X-Edge-Token header. Used for this call only and never stored.',
 };
 
-/** The tools this key may call: its plan's tier and below, narrowed to a sub-key's allowed_tools. */
+/**
+ * The tools this key may call: its plan's tier and below, narrowed to a sub-key's allowed_tools and
+ * to the key's default tool set (authorizeTool's rules).
+ */
 export function visibleTools(caller: KeyCaller): AnyTool[] {
   return TOOLS.filter((tool) => {
     try {
@@ -54,6 +58,79 @@ export function toolTitle(name: string): string {
   return [first.charAt(0).toUpperCase() + first.slice(1), ...words.slice(1)].join(' ');
 }
 
+// --- tools/list: what this request offers, in pages, each tool with its schemas and hints ---
+
+/** Tools per tools/list page. */
+export const MCP_PAGE_SIZE = 50;
+
+/**
+ * What this request offers: what the key may call (visibleTools), narrowed by the request's query
+ * (?tools=, ?families=, ?set=; src/access/tool-sets.ts), by name: the order pages follow.
+ */
+export function offeredTools(caller: KeyCaller, narrowing: ToolNarrowing | null | undefined): AnyTool[] {
+  const tools = visibleTools(caller).filter((t) => !narrowing || narrowing.tools.has(t.name));
+  return tools.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+/** A cursor names the last tool of the page before: opaque to clients, stable across requests. */
+function encodeCursor(lastName: string): string {
+  return Buffer.from(JSON.stringify({ after: lastName })).toString('base64url');
+}
+
+function decodeCursor(cursor: string): string {
+  const invalid = () => new McpError(ErrorCode.InvalidParams, 'Invalid cursor: pass the nextCursor of the previous tools/list answer as it was given');
+  if (cursor.length > 200 || !/^[A-Za-z0-9_-]+$/.test(cursor)) throw invalid();
+  let after: unknown;
+  try {
+    after = (JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as { after?: unknown } | null)?.after;
+  } catch {
+    throw invalid();
+  }
+  if (typeof after !== 'string' || !/^[a-z0-9_]{1,64}$/.test(after)) throw invalid();
+  return after;
+}
+
+/** One tools/list page: up to MCP_PAGE_SIZE tools after the cursor's, and a nextCursor while more remain. */
+export function listPage(tools: readonly AnyTool[], cursor: string | undefined): { tools: Tool[]; nextCursor?: string } {
+  const after = cursor === undefined ? null : decodeCursor(cursor);
+  const rest = after === null ? tools : tools.filter((t) => t.name > after);
+  const page = rest.slice(0, MCP_PAGE_SIZE);
+  const more = rest.length > page.length;
+  return { tools: page.map(mcpTool), ...(more ? { nextCursor: encodeCursor(page[page.length - 1]!.name) } : {}) };
+}
+
+/**
+ * A tools/call of a tool this request does not offer because its query narrowed the list: the
+ * JSON-RPC error an unknown tool gets, since for this connection it is one. Nothing runs or is charged.
+ */
+function refuseOutsideNarrowing(name: string, narrowing: ToolNarrowing | null | undefined): void {
+  if (!narrowing || narrowing.tools.has(name)) return;
+  throw new McpError(
+    ErrorCode.InvalidParams,
+    `Tool ${name} is not offered on this connection: its URL narrows the tools to ${narrowing.asked}. tools/list shows those it offers.`,
+  );
+}
+
+/**
+ * The JSON Schema of a successful tools/call's structuredContent: the call's answer as POST
+ * /tools/{name} gives it, `result` being the tool's own output schema (MCP wants an object at the
+ * root, which the tool's result alone need not be). A stored answer over RESULT_MAX_BYTES, replayed
+ * under an Idempotency-Key, says `truncated` and carries the start of its JSON text as `result`.
+ */
+export function mcpOutputSchema(tool: AnyTool): Tool['outputSchema'] {
+  const result = outputJsonSchema(tool);
+  if (!result) return undefined;
+  // Kept terse (no descriptions): the whole list is sent to hosts, and POST /tools/{name} documents these fields.
+  return {
+    type: 'object',
+    properties: { cost_cents: { type: 'integer' }, remaining_credits: { type: ['integer', 'null'] }, sandbox: { const: true }, truncated: { const: true } },
+    required: ['result', 'cost_cents', 'remaining_credits'],
+    if: { required: ['truncated'] },
+    then: { properties: { result: { type: 'string' } } },
+    else: { properties: { result } },
+  };
+}
+
 const toolEntries = new WeakMap<AnyTool, Tool>();
 
 /** A registry tool as MCP describes it; derived from the tool file, like every other listing. */
@@ -65,15 +142,19 @@ export function mcpTool(tool: AnyTool): Tool {
     ? { ...schema, properties: { ...(schema.properties ?? {}), edge_token: EDGE_TOKEN_PROPERTY } }
     : schema;
   const title = toolTitle(tool.name);
+  const outputSchema = mcpOutputSchema(tool);
   entry = {
     name: tool.name,
     title,
     description: `${tool.description} Price: $${dollars(tool.priceCents)} per successful call (${tool.tier} plan).`,
     inputSchema,
+    ...(outputSchema ? { outputSchema } : {}),
     annotations: {
       title,
       readOnlyHint: !tool.sideEffects,
       destructiveHint: !!tool.sideEffects,
+      // What the same call again does (src/tools/types.ts `idempotent`); charging is apart from it.
+      idempotentHint: isIdempotent(tool),
       // Everything but the pure computations reaches outside the service (the web, a model, Cloudflare).
       openWorldHint: tool.family !== 'core',
     },
@@ -92,6 +173,8 @@ export interface McpRequestContext {
   log: { error(obj: object, msg: string): void; debug(obj: object, msg: string): void };
   /** The HTTP request's Idempotency-Key, applied to its tools/call. */
   idempotencyKey?: string;
+  /** The request URL's narrowing (?tools=, ?families=, ?set=): tools/list and tools/call keep to it. */
+  narrowing?: ToolNarrowing | null;
 }
 
 export interface McpDeps {
@@ -115,13 +198,14 @@ export function createMcpServer(deps: McpDeps, ctx: McpRequestContext): Server {
     { capabilities: { tools: { listChanged: false } }, instructions: INSTRUCTIONS },
   );
 
-  server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: visibleTools(ctx.caller).map(mcpTool) }));
+  server.setRequestHandler(ListToolsRequestSchema, async (request) => listPage(offeredTools(ctx.caller, ctx.narrowing), request.params?.cursor));
 
   server.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
     const { name } = request.params;
     if (!findTool(name)) {
       throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${name}. tools/list shows the tools this key may call.`);
     }
+    refuseOutsideNarrowing(name, ctx.narrowing);
     // The edge token leaves the arguments here, before anything can queue, store or log them.
     const { input, edgeToken } = takeEdgeToken(request.params.arguments ?? {});
     const run = (track?: TrackJob) => runTool(name, input, edgeToken, request.params._meta?.progressToken, extra, track);

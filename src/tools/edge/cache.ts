@@ -16,6 +16,8 @@ export const cfPurgeCache = defineEdgeTool({
   description: "Purges specific URLs, cache tags, host names or URL prefixes from a zone's cache (sent in batches of 30).",
   priceCents: 2,
   sideEffects: true,
+  // Sets a state or removes a thing: the same call again changes nothing more.
+  idempotent: true,
   input: z
     .object({
       zone: zoneRef,
@@ -78,6 +80,8 @@ export const cfPurgeAll = defineEdgeTool({
   description: "Purges everything from a zone's cache; the origin sees a burst of requests while the cache refills.",
   priceCents: 2,
   sideEffects: true,
+  // Sets a state or removes a thing: the same call again changes nothing more.
+  idempotent: true,
   input: z.object({ zone: zoneRef }),
   qField: 'zone',
   output: '{zone, purged_everything: true, purge_id} or, for sandbox keys, {dry_run, requests}',
@@ -103,6 +107,8 @@ export const cfDevMode = defineEdgeTool({
   description: 'Shows or switches development mode (bypasses the cache for 3 hours, then turns itself off).',
   priceCents: 0,
   sideEffects: true,
+  // Sets a state or removes a thing: the same call again changes nothing more.
+  idempotent: true,
   input: z.object({
     zone: zoneRef,
     enabled: switchEnabled,

@@ -153,6 +153,8 @@ export const cfUpdateDns = defineEdgeTool({
   description: "Changes one DNS record's content, name, TTL, proxying, priority or comment, keeping its type.",
   priceCents: 2,
   sideEffects: true,
+  // Sets a state or removes a thing: the same call again changes nothing more.
+  idempotent: true,
   input: UpdateFields.extend({ zone: zoneRef, record_id: recordId }).refine(
     (v) => Object.entries(v).some(([k, x]) => !['zone', 'record_id'].includes(k) && x !== undefined),
     { message: 'give at least one field to change', path: ['content'] },
@@ -193,6 +195,8 @@ export const cfDeleteDns = defineEdgeTool({
   description: 'Deletes a DNS record by id, or the record(s) at a name and type.',
   priceCents: 2,
   sideEffects: true,
+  // Sets a state or removes a thing: the same call again changes nothing more.
+  idempotent: true,
   input: z
     .object({
       ...recordSelector,

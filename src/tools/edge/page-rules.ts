@@ -166,6 +166,8 @@ export const cfUpdatePageRule = defineEdgeTool({
   description: "Changes a page rule's URL pattern, actions, status or priority (only the fields given).",
   priceCents: 2,
   sideEffects: true,
+  // Sets a state or removes a thing: the same call again changes nothing more.
+  idempotent: true,
   input: z
     .object({
       zone: zoneRef,
@@ -204,6 +206,8 @@ export const cfDeletePageRule = defineEdgeTool({
   description: 'Deletes a page rule.',
   priceCents: 2,
   sideEffects: true,
+  // Sets a state or removes a thing: the same call again changes nothing more.
+  idempotent: true,
   input: z.object({ zone: zoneRef, page_rule_id: pageRuleId }),
   qField: 'page_rule_id',
   output: '{zone, deleted: page_rule_id} or, for sandbox keys, {dry_run, requests}',

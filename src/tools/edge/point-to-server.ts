@@ -32,6 +32,8 @@ export const cfPointToServer = defineEdgeTool({
     'Points a domain (apex and www) at a server: sets its A/AAAA records and replaces conflicting A, AAAA or CNAME records in one batch; running it again changes nothing.',
   priceCents: 3,
   sideEffects: true,
+  // Sets a state or removes a thing: the same call again changes nothing more.
+  idempotent: true,
   input: z
     .object({
       zone: zoneRef,

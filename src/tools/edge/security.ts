@@ -26,6 +26,8 @@ export const cfUnderAttack = defineEdgeTool({
   description: "Shows or switches I'm Under Attack mode (every visitor gets a browser check) through the zone's security level.",
   priceCents: 0,
   sideEffects: true,
+  // Sets a state or removes a thing: the same call again changes nothing more.
+  idempotent: true,
   input: z.object({
     zone: zoneRef,
     enabled: switchEnabled,

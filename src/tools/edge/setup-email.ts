@@ -281,6 +281,8 @@ export const cfSetupEmail = defineEdgeTool({
     'Sets up email DNS for a mail provider (Google Workspace, Microsoft 365, Fastmail, Proton, Zoho or custom): MX, SPF merged into any existing record, DKIM and DMARC, in one batch.',
   priceCents: 3,
   sideEffects: true,
+  // Sets a state or removes a thing: the same call again changes nothing more.
+  idempotent: true,
   input: EmailInput,
   qField: 'zone',
   output:

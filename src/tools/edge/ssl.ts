@@ -107,6 +107,8 @@ export const cfSslMode = defineEdgeTool({
   description: "Sets a zone's SSL/TLS encryption mode (off, flexible, full, strict) and optionally HTTPS redirects and minimum TLS.",
   priceCents: 2,
   sideEffects: true,
+  // Sets a state or removes a thing: the same call again changes nothing more.
+  idempotent: true,
   input: z.object({
     zone: zoneRef,
     mode: z

@@ -66,6 +66,8 @@ export const cfDeployWorker = defineEdgeTool({
   description: 'Uploads and deploys an ES-module Worker (creates it or replaces its code), with plain-text variables.',
   priceCents: 5,
   sideEffects: true,
+  // Sets a state or removes a thing: the same call again changes nothing more.
+  idempotent: true,
   input: z.object({
     account_id: accountId,
     name: scriptName,
@@ -138,6 +140,8 @@ export const cfDeleteWorker = defineEdgeTool({
   description: 'Deletes a Worker script from the account.',
   priceCents: 2,
   sideEffects: true,
+  // Sets a state or removes a thing: the same call again changes nothing more.
+  idempotent: true,
   input: z.object({
     account_id: accountId,
     name: scriptName,

@@ -70,6 +70,8 @@ interface LoopState {
 
 export const cviLoop = defineTool({
   name: 'cvi_loop',
+  // Not idempotent though it changes nothing outside: each call keeps a round in the account's store.
+  idempotent: false,
   description:
     "Claim–Verify–Iterate rounds over a draft's revisions: each round checks every claim against the sources and says pass, revise, stalled or exhausted (state kept 24 h).",
   tier: 'pro',

@@ -52,6 +52,8 @@ type BriefT = z.infer<typeof Brief>;
 
 export const handoff = defineTool({
   name: 'handoff',
+  // Not idempotent though it changes nothing outside: each call keeps its brief as a new passport.
+  idempotent: false,
   description: 'A brief another agent can continue from (goal, state, decisions, todos, open questions, last turns) within a token budget.',
   tier: 'enterprise',
   priceCents: 0,
