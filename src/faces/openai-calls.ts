@@ -31,8 +31,16 @@ export function modelTool(model: string): AnyTool {
   return tool;
 }
 
-/** The svc-* models' names, for messages that say what is on offer. */
-export const MODEL_NAMES = [...llmChatModels.keys()].join(', ');
+/** Each svc-* model runs one tool with its own instructions, and answers in text. */
+export const WHY = 'each svc-* model runs one Tollgate tool with its own instructions and answers in text';
+
+/** Fields that tune sampling or bookkeeping: accepted so OpenAI clients work, and without effect. */
+export const IGNORED = 'Accepted for compatibility; has no effect.';
+
+/** `schema`, refused with `message` unless `fine(value)`: a field accepted only where it changes nothing. */
+export function onlyIf<S extends z.ZodTypeAny>(schema: S, fine: (v: NonNullable<z.output<S>>) => boolean, message: string) {
+  return schema.nullish().refine((v) => v == null || fine(v as NonNullable<z.output<S>>), { message });
+}
 
 /** The token bound the tools accept (their max_tokens field), checked here so the field is named as sent. */
 export const maxTokens = () => z.number().int().min(16).max(MAX_COMPLETION_TOKENS);

@@ -19,16 +19,20 @@ import {
   deltaOf,
   failedWithJob,
   finishedValue,
+  IGNORED,
   maxTokens,
   modelTool,
+  onlyIf,
   nowSeconds,
   openAiErrors,
   recoveredValue,
   startCall,
   streamJob,
   toolText,
+  WHY,
 } from './openai-calls.js';
 import { openAiErrorBody, parseOpenAi } from './openai-errors.js';
+import { responsesRoutes } from './openai-responses.js';
 
 /**
  * OpenAI-compatible chat completions: each svc-* model is the language-model tool of the same name,
@@ -43,14 +47,6 @@ import { openAiErrorBody, parseOpenAi } from './openai-errors.js';
 // structured output, several choices, stop sequences, images...) is refused with 400 naming it, never
 // ignored; a field that only tunes sampling or bookkeeping is accepted and has no effect; a field
 // OpenAI's API does not have is refused as OpenAI refuses it ("Unrecognized request argument").
-
-/** Each svc-* model runs one tool with its own instructions, and answers in text. */
-const WHY = 'each svc-* model runs one Tollgate tool with its own instructions and answers in text';
-
-/** `schema`, refused with `message` unless `fine(value)`: a field accepted only where it changes nothing. */
-function onlyIf<S extends z.ZodTypeAny>(schema: S, fine: (v: NonNullable<z.output<S>>) => boolean, message: string) {
-  return schema.nullish().refine((v) => v == null || fine(v as NonNullable<z.output<S>>), { message });
-}
 
 const ContentPartSchema = z
   .object({
@@ -80,9 +76,6 @@ const MessageSchema = z
   })
   // Assistant messages echoed back from a completion carry refusal, audio and annotations fields.
   .passthrough();
-
-/** Fields that tune sampling or bookkeeping: accepted so OpenAI clients work, and without effect. */
-const IGNORED = 'Accepted for compatibility; has no effect.';
 
 export const ChatCompletionRequestSchema = named(
   'ChatCompletionRequest',
@@ -412,6 +405,7 @@ export async function openAiRoutes(app: FastifyInstance): Promise<void> {
     },
   );
 
+  await responsesRoutes(app);
 }
 
 /**

@@ -294,3 +294,132 @@ describe('every error under /v1 is one the openai package parses', () => {
     expect(err.headers?.get('x-should-retry')).toBe('false');
   });
 });
+
+describe('POST /v1/responses', () => {
+  it('answers with one output message from the tool behind the model, with usage, and charges its price once', async () => {
+    llm.enqueue({ type: 'tokens', tokens: ['Use ', 'two ', 'pointers.'], usage: { prompt_tokens: 40, completion_tokens: 3, total_tokens: 43 } });
+    const acct = await h.account('starter', 20);
+    const res = await client(acct.apiKey).responses.create({
+      model: 'svc-hints',
+      instructions: 'Answer in one sentence.',
+      input: 'How do I detect a cycle in a linked list?',
+      max_output_tokens: 120,
+      metadata: { run: 'r1' },
+    });
+    expect(res.object).toBe('response');
+    expect(res.id).toMatch(/^resp_llm-/);
+    expect(res.status).toBe('completed');
+    expect(res.output_text).toBe('Use two pointers.');
+    expect(res.output).toHaveLength(1);
+    expect(res.output[0]).toMatchObject({ type: 'message', role: 'assistant', status: 'completed' });
+    expect(res.usage).toMatchObject({ input_tokens: 40, output_tokens: 3, total_tokens: 43 });
+    expect(res.metadata).toEqual({ run: 'r1' });
+    expect((res as unknown as { tollgate: unknown }).tollgate).toMatchObject({ cost_cents: 5, remaining_credits: 15 });
+    expect(await h.credits(acct.accountId)).toBe(15);
+    expect(await h.ledgerCharges(acct.accountId)).toBe(1);
+    const sent = llm.requests.at(-1)!.body;
+    expect(sent.max_tokens).toBe(120);
+    expect(sent.messages[1].content).toContain('Answer in one sentence.');
+    expect(sent.messages.at(-1).content).toContain('How do I detect a cycle in a linked list?');
+  });
+
+  it('takes the conversation as input messages, and a cut-off answer is incomplete', async () => {
+    llm.enqueue({ type: 'tokens', tokens: ['Ice ', 'cubes'], finishReason: 'length' });
+    const acct = await h.account('starter', 20);
+    const res = await client(acct.apiKey).responses.create({
+      model: 'svc-roast',
+      input: [
+        { role: 'user', content: 'My startup sells ice.' },
+        { role: 'assistant', content: [{ type: 'output_text', text: 'Cold take.', annotations: [] }] as never },
+        { role: 'user', content: [{ type: 'input_text', text: 'Artisanal ice cubes, by subscription.' }] },
+      ],
+    });
+    expect(res.status).toBe('incomplete');
+    expect(res.incomplete_details).toEqual({ reason: 'max_output_tokens' });
+    expect(res.output_text).toBe('Ice cubes');
+    const sent = llm.requests
+      .at(-1)!
+      .body.messages.map((m: { content: string }) => m.content)
+      .join('\n');
+    expect(sent).toContain('My startup sells ice.');
+    expect(sent).toContain('Cold take.');
+    expect(sent).toContain('Artisanal ice cubes, by subscription.');
+  });
+
+  it('streams the Responses events, one text delta per token, and finalResponse has the answer', async () => {
+    llm.enqueue({ type: 'tokens', tokens: ['one ', 'two ', 'three'], usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 } });
+    const acct = await h.account('starter', 10);
+    const stream = client(acct.apiKey).responses.stream({ model: 'svc-hints', input: 'Count to three.' });
+    const types: string[] = [];
+    const deltas: string[] = [];
+    for await (const event of stream) {
+      types.push(event.type);
+      if (event.type === 'response.output_text.delta') deltas.push(event.delta);
+    }
+    const final = await stream.finalResponse();
+    expect(deltas).toEqual(['one ', 'two ', 'three']);
+    expect(types).toEqual([
+      'response.created',
+      'response.in_progress',
+      'response.output_item.added',
+      'response.content_part.added',
+      'response.output_text.delta',
+      'response.output_text.delta',
+      'response.output_text.delta',
+      'response.output_text.done',
+      'response.content_part.done',
+      'response.output_item.done',
+      'response.completed',
+    ]);
+    expect(final.output_text).toBe('one two three');
+    expect(final.usage).toMatchObject({ input_tokens: 5, output_tokens: 3, total_tokens: 8 });
+    expect(await h.credits(acct.accountId)).toBe(5);
+  });
+
+  it('a failure after the stream started is raised by the SDK, and nothing is charged', async () => {
+    llm.enqueue({ type: 'stream-error', tokens: ['Half '], message: 'The model overloaded' });
+    const acct = await h.account('starter', 10);
+    const stream = await client(acct.apiKey).responses.create({ model: 'svc-hints', input: 'Explain.', stream: true });
+    const err = await (async () => {
+      for await (const _event of stream) {
+        /* read to the end */
+      }
+    })().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(APIError);
+    expect((err as APIError).message).toMatch(/language-model upstream failed/);
+    expect(await h.credits(acct.accountId)).toBe(10);
+  });
+
+  it.each([
+    ['tools', { tools: [{ type: 'web_search' }] }, 'tools'],
+    ['structured output', { text: { format: { type: 'json_schema', name: 'x', schema: { type: 'object' } } } }, 'text.format'],
+    ['a stored conversation', { previous_response_id: 'resp_123' }, 'previous_response_id'],
+    ['storing the response', { store: true }, 'store'],
+    ['background mode', { background: true }, 'background'],
+    ['an image', { input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'https://example.com/a.png' }] }] }, 'input[0].content[0]'],
+    ['a function call output', { input: [{ type: 'function_call_output', call_id: 'c', output: '1', role: 'user', content: 'x' }] }, 'input[0].type'],
+    ['an unknown field', { top_k: 3 }, 'top_k'],
+    ['no input', { input: undefined }, 'input'],
+    ['an unknown model', { model: 'gpt-4o' }, 'model'],
+  ])('%s is refused with the field named, sent once, nothing run', async (_l, extra, param) => {
+    const acct = await h.account('starter', 10);
+    const before = llm.requests.length;
+    const err = await failure(client(acct.apiKey).responses.create({ model: 'svc-hints', input: 'x', ...extra } as never), APIError);
+    expect([400, 404]).toContain(err.status);
+    expect(err.param).toBe(param);
+    expect(err.headers?.get('x-should-retry')).toBe('false');
+    expect(seen.get('h')).toEqual(['POST /v1/responses']);
+    expect(llm.requests.length).toBe(before);
+    expect(await h.credits(acct.accountId)).toBe(10);
+  });
+
+  it('an Idempotency-Key retry gets the first response and is charged once', async () => {
+    const acct = await h.account('starter', 20);
+    const c = client(acct.apiKey);
+    const first = await c.responses.create({ model: 'svc-hints', input: 'Once?' }, { headers: { 'Idempotency-Key': 'resp-1' } });
+    const again = await c.responses.create({ model: 'svc-hints', input: 'Once?' }, { headers: { 'Idempotency-Key': 'resp-1' } });
+    expect(again.id).toBe(first.id);
+    expect(await h.ledgerCharges(acct.accountId)).toBe(1);
+    expect(await h.credits(acct.accountId)).toBe(15);
+  });
+});
