@@ -33,7 +33,7 @@ export const OpenAiErrorSchema = named(
         .object({ message: z.string(), type: z.string(), param: z.string().nullable().optional(), code: ErrorCodeSchema, request_id: z.string().optional() })
         .passthrough(),
     })
-    .describe("Errors of /v1/chat/completions and /v1/models, in the shape OpenAI SDKs parse; `code` is the service's own."),
+    .describe("Errors of every path under /v1, in the shape OpenAI SDKs parse; `code` is the service's own."),
 );
 
 export const PaymentRequirementsComponent = named('PaymentRequirements', PaymentRequirementsSchema);
