@@ -193,7 +193,7 @@ describe('sub-keys', () => {
     const res = await post('/subkeys/create', acct.apiKey, { name: 'billing-bot', monthly_limit: 250, allowed_tools: ['compute', 'check_balance'] });
     expect(res.statusCode).toBe(201);
     const created = json(res);
-    expect(Object.keys(created).sort()).toEqual(['allowed_tools', 'api_key', 'created_at', 'key_id', 'monthly_limit', 'name', 'used_this_month']);
+    expect(Object.keys(created).sort()).toEqual(['allowed_tools', 'api_key', 'created_at', 'key_id', 'monthly_limit', 'name', 'tool_set', 'used_this_month']);
     expect(created.api_key).toMatch(/^cv_sub_[A-Za-z0-9]{40}$/);
     expect(created).toMatchObject({ name: 'billing-bot', monthly_limit: 250, allowed_tools: ['compute', 'check_balance'], used_this_month: 0 });
 
