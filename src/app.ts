@@ -14,13 +14,13 @@ declare module 'fastify' {
   interface FastifyInstance {
     container: Container;
     /** Authenticates the request's API key (401s as in DECISIONS) and applies its rate limit. */
-    authenticate(req: FastifyRequest, reply: FastifyReply): Promise<KeyCaller>;
+    authenticate(req: FastifyRequest, reply: FastifyReply, opts?: { audience?: string }): Promise<KeyCaller>;
     /**
      * Authenticates, and leaves the rate-limit hit to be counted by admission's script (a tool call:
      * one Redis round trip fewer). `rate.now()` counts it on its own if the request ends before then
      * (the route calls it on every path that does not reach admission); it is counted exactly once.
      */
-    authenticateDeferred(req: FastifyRequest, reply: FastifyReply): Promise<{ caller: KeyCaller; rate: DeferredHit }>;
+    authenticateDeferred(req: FastifyRequest, reply: FastifyReply, opts?: { audience?: string }): Promise<{ caller: KeyCaller; rate: DeferredHit }>;
   }
 }
 
@@ -54,15 +54,16 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
     throttle: new AuthFailureThrottle(container.redis, config.REDIS_PREFIX, config.AUTH_FAIL_PER_MINUTE, config.RATE_LIMIT_WINDOW_MS, app.log),
   });
   api.payPerCall?.limitPayers(api.limiter, config.X402_RPM);
-  app.decorate('authenticateDeferred', async (req: FastifyRequest, reply: FastifyReply) => {
-    // req.ip is the socket's peer, or with TRUST_PROXY the address the proxy in front saw.
-    const caller = await api.auth.authenticate(req.headers.authorization, req.ip);
+  app.decorate('authenticateDeferred', async (req: FastifyRequest, reply: FastifyReply, opts: { audience?: string } = {}) => {
+    // req.ip is the socket's peer, or with TRUST_PROXY the address the proxy in front saw. OAuth
+    // access tokens authenticate only where their audience is (/mcp passes its own).
+    const caller = await api.auth.authenticate(req.headers.authorization, req.ip, opts);
     req.caller = caller;
     const rate = api.limiter.deferred(caller.accountId, api.limiter.limitFor(caller.plan, caller.rpm), (state) => reply.headers(rateLimitHeaders(state)));
     return { caller, rate };
   });
-  app.decorate('authenticate', async (req: FastifyRequest, reply: FastifyReply) => {
-    const { caller, rate } = await app.authenticateDeferred(req, reply);
+  app.decorate('authenticate', async (req: FastifyRequest, reply: FastifyReply, opts: { audience?: string } = {}) => {
+    const { caller, rate } = await app.authenticateDeferred(req, reply, opts);
     await rate.now();
     return caller;
   });

@@ -194,6 +194,13 @@ export const ConfigSchema = z
     KEY_ROTATION_GRACE_SECONDS: int(86_400, 0, 30 * 86_400).describe(
       'After POST /keys/{key_id}/rotate the old key keeps working this long (0: refused at once), on every replica.',
     ),
+    // OAuth 2.1 for /mcp (src/access/oauth.ts)
+    OAUTH_ACCESS_TOKEN_SECONDS: int(3_600, 60, 86_400).describe('Lifetime of an OAuth access token (cv_oat_) for /mcp; clients refresh it.'),
+    OAUTH_REFRESH_TOKEN_DAYS: int(30, 1, 365).describe('Lifetime of an OAuth refresh token (cv_ort_). Each is used once: a refresh answers a new one.'),
+    OAUTH_REGISTRATIONS_PER_HOUR: int(20, 1, 1_000_000).describe('Dynamic client registrations (POST /oauth/register) one address may make an hour.'),
+    OAUTH_DEFAULT_MONTHLY_CAP_CENTS: int(1_000, 1, 1_000_000_000).describe(
+      "The monthly spending cap the consent page suggests for an agent's grant (the account holder changes it there).",
+    ),
     ENTERPRISE_DEFAULT_RPM: int(600, 1, 100_000_000).describe('Requests per minute of an enterprise account without a rate of its own.'),
     RATE_LIMIT_WINDOW_MS: int(60_000, 100, 3_600_000).describe(
       'Length of the rate-limit window. Limits are per minute; tests shorten the window to show its edges.',

@@ -36,6 +36,10 @@ export const KeyRecordSchema = z.object({
   predecessors: z.array(z.string().uuid()),
   /** The key's default tool set (src/access/tool-sets.ts), as stored; null when it has none. */
   tool_set: StoredToolSetSchema.nullish(),
+  /** Found through an OAuth access token: the resource it is for (RFC 8707), else null. */
+  resource: z.string().nullable(),
+  /** Found through an OAuth access token: when the token stops working, else null. */
+  token_expires_at: z.string().nullable(),
 });
 export type KeyRecord = z.infer<typeof KeyRecordSchema>;
 
@@ -191,8 +195,17 @@ export class AccountsRepo {
 
   /** Keys by hash, many in one query (authentication batches lookups from throttled addresses). */
   async findKeysByHash(hashes: string[]): Promise<Map<string, KeyRecord>> {
+    // A key is found by its own hash, or (a grant) through one of its OAuth access tokens. A grant's
+    // own key_hash is the hash of a secret nobody was ever given; it is never matched.
     const rows = await this.pool.any(sql.type(KeyRecordSchema.extend({ key_hash: z.string() }))`
-      SELECT k.key_hash, k.id AS key_id, k.account_id, k.type, k.name, a.plan, a.rpm, a.elite, a.max_in_flight,
+      WITH found AS (
+        SELECT key_hash AS hash, id, NULL::text AS resource, NULL::timestamptz AS token_expires_at
+        FROM api_keys WHERE key_hash = ANY(${sql.array(hashes, 'text')}) AND type <> 'grant'
+        UNION ALL
+        SELECT token_hash, grant_key_id, resource, expires_at
+        FROM oauth_tokens WHERE token_hash = ANY(${sql.array(hashes, 'text')}) AND kind = 'access'
+      )
+      SELECT f.hash AS key_hash, f.resource, f.token_expires_at, k.id AS key_id, k.account_id, k.type, k.name, a.plan, a.rpm, a.elite, a.max_in_flight,
              k.monthly_limit_cents, k.allowed_tools, k.revoked_at, k.expires_at,
              (SELECT json_build_object('name', ts.name, 'tools', ts.tools, 'families', ts.families)
               FROM tool_sets ts WHERE ts.id = k.tool_set_id) AS tool_set,
@@ -205,8 +218,7 @@ export class AccountsRepo {
                )
                SELECT id FROM pred
              )::text[] AS predecessors
-      FROM api_keys k JOIN accounts a ON a.id = k.account_id
-      WHERE k.key_hash = ANY(${sql.array(hashes, 'text')})`);
+      FROM found f JOIN api_keys k ON k.id = f.id JOIN accounts a ON a.id = k.account_id`);
     return new Map(rows.map(({ key_hash, ...record }) => [key_hash, record]));
   }
 

@@ -34,6 +34,11 @@ export interface KeyCaller {
   ownKeyIds: readonly string[];
   /** The key's default tool set (src/access/tool-sets.ts): it calls nothing outside it. Absent or null: none. */
   toolSet?: KeyToolSet | null;
+  /**
+   * An OAuth grant calling with an access token: the one resource (RFC 8707) the token is for, so it
+   * is refused everywhere else. Null for API keys.
+   */
+  audience: string | null;
 }
 
 /** An agent paying this one call with an x402 payment; it has no account. */
@@ -55,10 +60,13 @@ export function callerFromRecord(r: KeyRecord): KeyCaller {
     maxInFlight: r.max_in_flight,
     sandbox: r.type === 'test',
     agentName: r.type === 'agent' ? (r.name ?? 'agent') : null,
-    subKey: r.type === 'sub' ? { keyId: r.key_id, monthlyLimitCents: r.monthly_limit_cents ?? 0, allowedTools: r.allowed_tools ?? [] } : null,
+    // A grant is a delegated key with a sub-key's limits: every money rule of sub-keys applies to it.
+    subKey:
+      r.type === 'sub' || r.type === 'grant' ? { keyId: r.key_id, monthlyLimitCents: r.monthly_limit_cents ?? 0, allowedTools: r.allowed_tools ?? [] } : null,
     inGrace: r.expires_at !== null,
     ownKeyIds: r.predecessors.length ? [r.key_id, ...r.predecessors] : [r.key_id],
     toolSet: keyToolSet(r.tool_set),
+    audience: r.resource,
   };
 }
 
@@ -184,9 +192,10 @@ export class LastUsedRecorder {
   }
 }
 
-/** Whether a rotated key's grace period is over (at `now`, ms since the epoch). */
-export function keyExpired(record: Pick<KeyRecord, 'expires_at'>, now: number): boolean {
-  return record.expires_at !== null && Date.parse(record.expires_at) <= now;
+/** Whether a rotated key's grace period, or the OAuth access token it was found by, is over (at `now`, ms since the epoch). */
+export function keyExpired(record: Pick<KeyRecord, 'expires_at'> & Partial<Pick<KeyRecord, 'token_expires_at'>>, now: number): boolean {
+  const at = (t: string | null | undefined) => t != null && Date.parse(t) <= now;
+  return at(record.expires_at) || at(record.token_expires_at);
 }
 
 /** Bounds of the in-memory key state, so a flood of random keys cannot grow the process without end. */
@@ -282,7 +291,7 @@ export class KeyAuthenticator {
    * that address, and once it is past its limit every failure is a 429 and its unknown keys go to the
    * batched lookup. A key that authenticated recently skips the check, so valid keys never wait on it.
    */
-  async authenticate(header: string | undefined, address?: string): Promise<KeyCaller> {
+  async authenticate(header: string | undefined, address?: string, opts: { audience?: string } = {}): Promise<KeyCaller> {
     const throttle = address !== undefined ? this.throttle : undefined;
     const fail = async (err: AppError): Promise<never> => {
       const refusal = throttle ? await throttle.fail(address!) : null;
@@ -329,7 +338,18 @@ export class KeyAuthenticator {
       this.cache.delete(hash);
       this.recent.delete(hash);
       if (this.negativeTtlMs > 0) putBounded(this.unknown, hash, Date.now() + this.negativeTtlMs, MAX_UNKNOWN);
-      return fail(new AppError('key_not_found', 'API key expired: it was rotated and its grace period is over; use its replacement'));
+      return fail(
+        record.token_expires_at !== null
+          ? new AppError('key_not_found', 'OAuth access token expired: refresh it at the token endpoint')
+          : new AppError('key_not_found', 'API key expired: it was rotated and its grace period is over; use its replacement'),
+      );
+    }
+    if (record.resource !== null && record.resource !== opts.audience) {
+      // A real token used at the wrong door, not a guess: not counted against the address.
+      throw new AppError(
+        'invalid_api_key',
+        `This OAuth access token is for ${record.resource} only (RFC 8707); use an API key here, or send the token to that resource`,
+      );
     }
     if (record.type === 'vip' && !(record.plan === 'enterprise' && record.elite)) {
       // A real key whose account changed, not a guess: not counted against the address, and not

@@ -7,11 +7,13 @@ export const KEY_PREFIXES = [
   ['cv_agent_', 'agent'],
   ['cv_test_', 'test'],
   ['cv_sub_', 'sub'],
+  // OAuth access tokens (src/access/oauth.ts): each authenticates as its grant, a delegated key.
+  ['cv_oat_', 'grant'],
   ['cv_', 'production'],
 ] as const;
 
 export type KeyType = (typeof KEY_PREFIXES)[number][1];
-export const KEY_TYPES = ['production', 'sub', 'test', 'agent', 'vip'] as const satisfies readonly KeyType[];
+export const KEY_TYPES = ['production', 'sub', 'test', 'agent', 'vip', 'grant'] as const satisfies readonly KeyType[];
 
 const BASE62 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 const SECRET_LENGTH = 40;
@@ -31,7 +33,7 @@ export function parseKey(key: string): { type: KeyType; hash: string } {
   }
   throw new AppError(
     'invalid_api_key',
-    'API key is malformed: expected a prefix (cv_, cv_sub_, cv_test_, cv_agent_ or titan_vip_) followed by at least 32 letters and digits',
+    'API key is malformed: expected a prefix (cv_, cv_sub_, cv_test_, cv_agent_, titan_vip_, or cv_oat_ for an OAuth access token) followed by at least 32 letters and digits',
   );
 }
 
@@ -39,7 +41,8 @@ export function hashKey(key: string): string {
   return createHash('sha256').update(key).digest('hex');
 }
 
-function randomBase62(length: number): string {
+/** `length` characters drawn uniformly from [A-Za-z0-9]. */
+export function randomBase62(length: number): string {
   let out = '';
   while (out.length < length) {
     for (const b of randomBytes(length * 2)) {

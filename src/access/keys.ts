@@ -25,6 +25,7 @@ const TYPE_NAMES: Record<KeyType, string> = {
   test: 'A sandbox key',
   agent: 'An agent key',
   vip: 'A VIP key',
+  grant: 'An OAuth grant',
 };
 
 /** 403 key_in_grace for a rotated key still in its grace period: it may only call tools and read its jobs. */

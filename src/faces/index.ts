@@ -27,6 +27,7 @@ import { installCors, openApiRoutes, recordRoutes } from './http/openapi.js';
 import { webhookRoutes } from './http/webhooks.js';
 import { creditRoutes } from './http/credits.js';
 import { signupRoutes } from './http/signup.js';
+import { oauthRoutes } from './http/oauth.js';
 
 export async function registerFaces(app: FastifyInstance): Promise<void> {
   const { config } = app.container;
@@ -57,4 +58,5 @@ export async function registerFaces(app: FastifyInstance): Promise<void> {
   await app.register(webhookRoutes);
   await app.register(creditRoutes);
   await app.register(signupRoutes);
+  await app.register(oauthRoutes);
 }

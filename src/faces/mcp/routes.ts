@@ -11,6 +11,8 @@ import { rateLimitHeaders } from '../../access/rate-limit.js';
 import { isJsonTooDeep, jsonBodyParser } from '../http/plugins/json-body.js';
 import { isUnsupportedCharacter } from '../http/plugins/input-guard.js';
 import { edgeTokenHeader } from '../http/answers.js';
+import { mcpResource, resourceMetadataUrl } from '../http/oauth.js';
+import { OAUTH_SCOPE } from '../../access/oauth.js';
 import { ErrorSchema, RATE_LIMIT } from '../http/openapi-components.js';
 import { empty, errors, named, ok, type ResponseDoc, type RouteSchema } from '../http/route-schema.js';
 
@@ -167,7 +169,7 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
           'tools/list pages by name, 50 tools a page (nextCursor). ' +
           'Send Accept: application/json, text/event-stream; Mcp-Protocol-Version is optional (an unsupported one: 400). A batch may hold at most MCP_MAX_BATCH messages, no more than ' +
           "the key's requests per minute (each counts against the rate limit) and at most one tools/call. A browser Origin must be the service's own or listed in " +
-          'MCP_ALLOWED_ORIGINS (else 403, before the key is checked); a 401 carries WWW-Authenticate: Bearer.',
+          'MCP_ALLOWED_ORIGINS (else 403, before the key is checked). An API key or an OAuth access token issued for /mcp (cv_oat_); a 401 carries WWW-Authenticate: Bearer resource_metadata="<base>/.well-known/oauth-protected-resource", where MCP clients start the OAuth flow.',
         parameters: ['Idempotency-Key', 'X-Edge-Token'],
         querystring: McpQuery,
         body: JsonRpcSchema,
@@ -256,13 +258,19 @@ export async function mcpRoutes(app: FastifyInstance): Promise<void> {
   app.delete('/mcp', { ...NO_GLOBAL_CORS, schema: statelessSchema('DELETE') }, notAllowed);
 }
 
-/** 401s carry WWW-Authenticate, as RFC 9110 asks of them, naming the Bearer scheme. */
+/**
+ * An API key, or an OAuth access token issued for this /mcp (RFC 8707). A 401 carries
+ * WWW-Authenticate with the protected resource metadata's URL (RFC 9728 §5.1), which is how an MCP
+ * client finds the authorization server; `error="invalid_token"` when a credential was sent.
+ */
 async function authenticate(app: FastifyInstance, req: FastifyRequest, reply: FastifyReply): Promise<void> {
   try {
-    await app.authenticate(req, reply);
+    await app.authenticate(req, reply, { audience: mcpResource(app, req) });
   } catch (e) {
     if (isAppError(e) && e.status === 401) {
-      throw new AppError(e.code, e.message, e.details, { headers: { ...e.headers, 'www-authenticate': 'Bearer realm="tollgate"' } });
+      const challenge = [`Bearer resource_metadata="${resourceMetadataUrl(app, req)}"`, `scope="${OAUTH_SCOPE}"`];
+      if (req.headers.authorization) challenge.push('error="invalid_token"');
+      throw new AppError(e.code, e.message, e.details, { headers: { ...e.headers, 'www-authenticate': challenge.join(', ') } });
     }
     throw e;
   }

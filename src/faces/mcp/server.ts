@@ -121,15 +121,32 @@ export function mcpOutputSchema(tool: AnyTool): Tool['outputSchema'] {
   const result = outputJsonSchema(tool);
   if (!result) return undefined;
   // Kept terse (no descriptions): the whole list is sent to hosts, and POST /tools/{name} documents these fields.
+  // Failures (isError) carry structuredContent too, and MCP clients (the SDK's Client among them)
+  // check every structuredContent against the schema, so the schema names the two other shapes a
+  // call can answer: `{error}` (failure below) and x402's PaymentRequired (src/faces/mcp/paid.ts).
   return {
     type: 'object',
-    properties: { cost_cents: { type: 'integer' }, remaining_credits: { type: ['integer', 'null'] }, sandbox: { const: true }, truncated: { const: true } },
-    required: ['result', 'cost_cents', 'remaining_credits'],
-    if: { required: ['truncated'] },
-    then: { properties: { result: { type: 'string' } } },
-    else: { properties: { result } },
+    anyOf: [
+      {
+        properties: { cost_cents: { type: 'integer' }, remaining_credits: { type: ['integer', 'null'] }, sandbox: { const: true }, truncated: { const: true } },
+        required: ['result', 'cost_cents', 'remaining_credits'],
+        if: { required: ['truncated'] },
+        then: { properties: { result: { type: 'string' } } },
+        else: { properties: { result } },
+      },
+      FAILURE_SHAPE,
+      PAYMENT_REQUIRED_SHAPE,
+    ],
   };
 }
+
+/** An isError result's structuredContent: `{error: {code, message, ...details}}`. */
+const FAILURE_SHAPE = {
+  required: ['error'],
+  properties: { error: { type: 'object', required: ['code', 'message'], properties: { code: { type: 'string' }, message: { type: 'string' } } } },
+};
+/** x402's PaymentRequired, which a paid call without a payment answers as an isError result. */
+const PAYMENT_REQUIRED_SHAPE = { required: ['x402Version', 'accepts'], properties: { x402Version: { type: 'integer' }, accepts: { type: 'array' } } };
 
 const toolEntries = new WeakMap<AnyTool, Tool>();
 
