@@ -119,8 +119,8 @@ function sentence(issue: ZodIssueOptionalMessage, naming: Naming, fallback: stri
 }
 
 /**
- * A value that fits none of a union's options: the option that got furthest into the value (its issue
- * has the longest path) says what is wrong, else the types the field may have.
+ * A value that fits none of a union's options: the option that explains it best says what is wrong
+ * (deepestIssue), else the types the field may have.
  */
 function unionSentence(issue: Extract<ZodIssueOptionalMessage, { code: 'invalid_union' }>, naming: Naming, fallback: string): string {
   const inner = issue.unionErrors.flatMap((e) => e.issues);
@@ -152,9 +152,14 @@ function issuePath(issue: ZodIssue): Path {
   return issue.path;
 }
 
-/** The issue that reaches furthest below `path`, if any goes below it. */
+/**
+ * The option of a union that explains a failure best: one whose type matched (its issue is not a type
+ * mismatch at the union's own path, e.g. an empty array where a non-empty one is wanted), the one that
+ * got furthest into the value first. Null when every option failed on the value's type.
+ */
 function deepestIssue(path: Path, issues: ZodIssue[]): ZodIssue | null {
-  return issues.reduce<ZodIssue | null>((best, i) => (i.path.length > (best?.path.length ?? path.length) ? i : best), null);
+  const matched = issues.filter((i) => i.path.length > path.length || i.code !== 'invalid_type');
+  return matched.reduce<ZodIssue | null>((best, i) => (!best || i.path.length > best.path.length ? i : best), null);
 }
 
 /**

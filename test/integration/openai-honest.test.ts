@@ -276,7 +276,18 @@ describe('every error under /v1 is one the openai package parses', () => {
     ],
     ['no messages field', { model: 'svc-hints' }, 'messages', "Missing required parameter: 'messages'."],
     ['an empty conversation', { model: 'svc-hints', messages: [] }, 'messages', "'messages' must have at least 1 item."],
-    ['a number as content', { model: 'svc-hints', messages: [{ role: 'user', content: 7 }] }, 'messages[0].content', null],
+    [
+      'a number as content',
+      { model: 'svc-hints', messages: [{ role: 'user', content: 7 }] },
+      'messages[0].content',
+      "Invalid type for 'messages[0].content': expected one of string, array, null, but got number instead.",
+    ],
+    [
+      'a wrong type for tools',
+      { model: 'svc-hints', messages: ask('x'), tools: 'all' },
+      'tools',
+      "Invalid type for 'tools': expected array, but got string instead.",
+    ],
     ['max_tokens below what the models take', { model: 'svc-hints', messages: ask('x'), max_tokens: 2 }, 'max_tokens', "'max_tokens' must be at least 16."],
     ['a temperature out of range', { model: 'svc-hints', messages: ask('x'), temperature: 3 }, 'temperature', "'temperature' must be at most 2."],
     [
@@ -400,6 +411,7 @@ describe('POST /v1/responses', () => {
     ['a function call output', { input: [{ type: 'function_call_output', call_id: 'c', output: '1', role: 'user', content: 'x' }] }, 'input[0].type'],
     ['an unknown field', { top_k: 3 }, 'top_k'],
     ['no input', { input: undefined }, 'input'],
+    ['an empty input list', { input: [] }, 'input'],
     ['an unknown model', { model: 'gpt-4o' }, 'model'],
   ])('%s is refused with the field named, sent once, nothing run', async (_l, extra, param) => {
     const acct = await h.account('starter', 10);
@@ -421,5 +433,43 @@ describe('POST /v1/responses', () => {
     expect(again.id).toBe(first.id);
     expect(await h.ledgerCharges(acct.accountId)).toBe(1);
     expect(await h.credits(acct.accountId)).toBe(15);
+  });
+});
+
+describe('a request an attacker shapes', () => {
+  it('an empty input list says it is empty, not that it should be a string', async () => {
+    const acct = await h.account('starter', 10);
+    const err = await failure(client(acct.apiKey).responses.create({ model: 'svc-hints', input: [] }), BadRequestError);
+    expect(said(err)).toBe("'input' must have at least 1 item.");
+  });
+
+  it('a body over the limit is a 413 in OpenAI shape, sent once', async () => {
+    const acct = await h.account('starter', 10);
+    const err = await failure(client(acct.apiKey).chat.completions.create({ model: 'svc-hints', messages: ask('x'.repeat(2_000_000)) }), APIError);
+    expect(err.status).toBe(413);
+    expect(err.type).toBe('invalid_request_error');
+    expect(err.headers?.get('x-should-retry')).toBe('false');
+    expect(seen.get('h')).toEqual(['POST /v1/chat/completions']);
+  });
+
+  it('a JSON body nested past the limit is a 400 in OpenAI shape', async () => {
+    const acct = await h.account('starter', 10);
+    const deep = `${'['.repeat(500)}${']'.repeat(500)}`;
+    const res = await fetch(`${baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${acct.apiKey}`, 'content-type': 'application/json' },
+      body: `{"model": "svc-hints", "messages": ${deep}}`,
+    });
+    expect(res.status).toBe(400);
+    expect(res.headers.get('x-should-retry')).toBe('false');
+    expect((await res.json()).error).toMatchObject({ type: 'invalid_request_error', code: 'invalid_input' });
+  });
+
+  it('two identical refused requests at once are both refused, and nothing is charged', async () => {
+    const acct = await h.account('starter', 10);
+    const c = client(acct.apiKey);
+    const both = await Promise.all([1, 2].map(() => failure(c.chat.completions.create({ model: 'svc-hints', messages: ask('x'), n: 3 }), BadRequestError)));
+    expect(both.map((e) => e.param)).toEqual(['n', 'n']);
+    expect(await h.credits(acct.accountId)).toBe(10);
   });
 });
