@@ -44,6 +44,9 @@ export const ENDPOINTS: Record<string, string> = {
   'POST /keys/{key_id}/rotate':
     'Replace a key with a new one of the same type (shown once); the old one works KEY_ROTATION_GRACE_SECONDS more, for tool calls and its own jobs only',
   'DELETE /keys/{key_id}': 'Revoke a key of the account at once (a rotated key in its grace included); production key only',
+  'PUT /keys/{key_id}/tool_set': "Give a key of the account a default tool set (or none): it then calls only the set's tools, on every surface",
+  'GET /toolsets': "The account's tool sets (production key only); POST /toolsets creates one (tools and/or families)",
+  'GET /toolsets/{name}': 'One tool set with the tools it stands for and the keys that use it; PUT replaces it, DELETE deletes it (409 while in use)',
   'POST /mcp':
     'Model Context Protocol (Streamable HTTP, stateless): tools/list shows what your key may call, tools/call runs and charges like POST /tools/{name}',
   'GET /v1/models': 'OpenAI-compatible model list: svc-genius, svc-hints, svc-roast (those your plan may call)',
