@@ -323,3 +323,49 @@ describe('tokens bound to /mcp, and the attacks on the flow', () => {
     void pair;
   });
 });
+
+describe('signing in with a one-time link, choosing a tool set', () => {
+  it('a link made with the key signs the browser in once; the consent offers the account\u2019s tool sets and the grant gets exactly the set', async () => {
+    const acct = await h.account('pro', 100);
+    const auth = { authorization: `Bearer ${acct.apiKey}` };
+    const set = await h.request({ method: 'POST', url: '/toolsets', headers: auth, payload: { name: 'maths', tools: ['compute', 'check_balance'] } });
+    expect(set.statusCode).toBe(201);
+    const provider = new MemoryProvider(redirects.url, { name: 'Link agent' });
+    const first = new Client({ name: 'oauth-test', version: '1.0.0' });
+    await expect(first.connect(new StreamableHTTPClientTransport(mcpUrl, { authProvider: provider }))).rejects.toBeInstanceOf(UnauthorizedError);
+
+    const made = await fetch(`${base}/oauth/sign-in-links`, { method: 'POST', headers: auth });
+    expect(made.status).toBe(201);
+    const { url: link } = (await made.json()) as { url: string };
+    expect(link).toMatch(new RegExp(`^${base}/oauth/sign-in/`));
+    // Only the account's production key makes links.
+    const sub = await h.key(acct.accountId, 'test');
+    expect((await fetch(`${base}/oauth/sign-in-links`, { method: 'POST', headers: { authorization: `Bearer ${sub.apiKey}` } })).status).toBe(403);
+
+    const context = await browser.newContext({ javaScriptEnabled: false });
+    try {
+      const page = await context.newPage();
+      await page.goto(provider.authorizationUrl!.href);
+      expect(await page.textContent('h1')).toContain('Link agent');
+      // Opening the link spends nothing; its button signs in and goes on to the consent page.
+      await page.goto(link);
+      await Promise.all([page.waitForURL(/\/oauth\/consent/, { timeout: 10_000 }), page.click('button[type=submit]')]);
+      await page.check('input[name=sets][value="maths"]', { timeout: 5_000 });
+      const arrived = redirects.next();
+      await Promise.all([page.waitForURL((u) => !u.pathname.startsWith('/oauth/'), { timeout: 10_000 }), page.click('button[name=decision][value=approve]')]);
+      const q = await arrived;
+      await new StreamableHTTPClientTransport(mcpUrl, { authProvider: provider }).finishAuth(q.get('code')!);
+      // The link works once.
+      const again = await context.newPage();
+      await again.goto(link);
+      await again.click('button[type=submit]');
+      expect(await again.textContent('body')).toMatch(/already used/);
+    } finally {
+      await context.close();
+    }
+    const { client } = await connectWithOAuth(provider);
+    expect((await client.listTools()).tools.map((t) => t.name).sort()).toEqual(['check_balance', 'compute']);
+    expect((await grantOf(acct.accountId)).allowed_tools.sort()).toEqual(['check_balance', 'compute']);
+    await client.close();
+  });
+});

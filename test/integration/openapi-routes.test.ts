@@ -134,7 +134,8 @@ describe('a generated client', () => {
           const op = item[m];
           const params = [...(item.parameters ?? []), ...(op.parameters ?? [])].filter((x: any) => !x.$ref);
           const pathParams = params.filter((x: any) => x.in === 'path').map((x: any) => `${JSON.stringify(x.name)}: "x"`);
-          const media = op.requestBody?.content?.['application/json'];
+          // JSON, or a form (the OAuth endpoints): either is typed from its schema.
+          const media = op.requestBody?.content?.['application/json'] ?? op.requestBody?.content?.['application/x-www-form-urlencoded'];
           // A JSON body is sent as the operation's first example: the example must fit the generated type.
           const example = media?.examples ? (Object.values(media.examples)[0] as { value: unknown }).value : undefined;
           if (media) expect(example, `${m.toUpperCase()} ${p} needs a body example`).toBeDefined();

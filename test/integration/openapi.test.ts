@@ -256,7 +256,7 @@ describe('CORS', () => {
     expect(ok.statusCode).toBe(204);
     expect(ok.headers['access-control-allow-origin']).toBe(own);
     expect(ok.headers['access-control-allow-methods']).toBe('POST');
-    expect(ok.headers['access-control-expose-headers']).toBe('mcp-session-id, mcp-protocol-version, x-request-id');
+    expect(ok.headers['access-control-expose-headers']).toBe('mcp-session-id, mcp-protocol-version, x-request-id, www-authenticate');
   });
 
   it('with CORS_ORIGINS set, reflects only the listed origins', async () => {

@@ -13,6 +13,7 @@ import {
   type OAuthClient,
   type PendingAuthorization,
 } from '../../access/oauth.js';
+import { ToolSetsRepo, resolveToolSet } from '../../access/tool-sets.js';
 import { createResolver } from '../../tools/web/resolver.js';
 import { TOOLS, dollars } from '../../tools/index.js';
 import { planRank } from '../../tools/types.js';
@@ -222,6 +223,13 @@ export async function oauthRoutes(app: FastifyInstance): Promise<void> {
       await KeyAuthenticator.broadcast(redis, config.REDIS_PREFIX);
     },
   });
+
+  const toolSets = new ToolSetsRepo(pool);
+  /** The account's named sets as the consent page offers them: each narrowed to what the plan allows. */
+  const setsFor = async (accountId: string, allowed: ReadonlySet<string>) =>
+    (await toolSets.list(accountId))
+      .map((set) => ({ name: set.name, tools: [...resolveToolSet(set)].filter((t) => allowed.has(t)).sort() }))
+      .filter((set) => set.tools.length > 0);
 
   // OAuth endpoints read form bodies (this plugin's scope only); 64 KiB is more than any needs.
   app.addContentTypeParser(FORM, { parseAs: 'string', bodyLimit: 64 * 1024 }, (_req, body, done) => done(null, parseForm(body as string)));
@@ -462,11 +470,9 @@ export async function oauthRoutes(app: FastifyInstance): Promise<void> {
     status = 200,
   ) {
     const account = await accounts.getAccount(session.accountId);
-    const tools = TOOLS.filter((t) => planRank(account.plan) >= planRank(t.tier)).map((t) => ({
-      name: t.name,
-      family: t.family,
-      price: dollars(t.priceCents),
-    }));
+    const allowed = TOOLS.filter((t) => planRank(account.plan) >= planRank(t.tier));
+    const tools = allowed.map((t) => ({ name: t.name, family: t.family, price: dollars(t.priceCents) }));
+    const sets = await setsFor(session.accountId, new Set(allowed.map((t) => t.name)));
     const client = { name: pending.clientName ?? pending.clientId, redirectHost: clientView({ name: null } as OAuthClient, pending.redirectUri).redirectHost };
     return sendPage(
       reply,
@@ -476,7 +482,7 @@ export async function oauthRoutes(app: FastifyInstance): Promise<void> {
         requestId,
         csrf: session.csrf,
         tools,
-        sets: [],
+        sets,
         defaultCapDollars: dollars(config.OAUTH_DEFAULT_MONTHLY_CAP_CENTS),
         ...(error ? { error } : {}),
       }),
@@ -670,8 +676,14 @@ export async function oauthRoutes(app: FastifyInstance): Promise<void> {
       const asked = list(form.tools);
       const unknown = asked.filter((n) => !names.has(n));
       if (unknown.length) return showConsent(reply, requestId, pending, session, `Not tools this account may call: ${unknown.slice(0, 5).join(', ')}`, 400);
-      const chosen = allowed.filter((t) => asked.includes(t.name) || families.has(t.family)).map((t) => t.name);
-      if (!chosen.length) return showConsent(reply, requestId, pending, session, 'Choose at least one tool or family.', 400);
+      const sets = await setsFor(session.accountId, names);
+      const askedSets = list(form.sets);
+      const missing = askedSets.filter((n) => !sets.some((set) => set.name === n));
+      if (missing.length) return showConsent(reply, requestId, pending, session, `No such tool set on this account: ${missing.slice(0, 5).join(', ')}`, 400);
+      const fromSets = new Set(sets.filter((set) => askedSets.includes(set.name)).flatMap((set) => set.tools));
+      // A snapshot of what the person saw and chose: later changes to a set do not widen the grant.
+      const chosen = allowed.filter((t) => asked.includes(t.name) || families.has(t.family) || fromSets.has(t.name)).map((t) => t.name);
+      if (!chosen.length) return showConsent(reply, requestId, pending, session, 'Choose at least one tool, family or tool set.', 400);
       const cap = typeof form.monthly_cap === 'string' ? Number(form.monthly_cap) : Number.NaN;
       const cents = Math.round(cap * 100);
       if (!Number.isFinite(cap) || cents < 1 || cents > 1_000_000_000) {
