@@ -9,6 +9,7 @@ import { TOOLS, findTool } from '../../src/tools/index.js';
 import { planRank, type Plan } from '../../src/tools/types.js';
 import { MCP_PAGE_SIZE, mcpOutputSchema } from '../../src/faces/mcp/server.js';
 import { MAX_TOOL_SETS } from '../../src/access/tool-sets.js';
+import { outputJsonSchema } from '../../src/calls/catalogue.js';
 
 /**
  * Tool sets (src/access/tool-sets.ts) and what /mcp lists: the URL's narrowing (?tools=, ?families=,
@@ -272,7 +273,10 @@ describe('outputSchema and annotations', () => {
     const client = await connect(ent.apiKey);
     const { tools } = await listAll(client);
     for (const t of tools) {
-      expect(t.outputSchema, t.name).toMatchObject({ type: 'object', required: ['result', 'cost_cents', 'remaining_credits'] });
+      const success = (t.outputSchema?.anyOf as Array<Record<string, any>> | undefined)?.[0];
+      expect(t.outputSchema?.type, t.name).toBe('object');
+      expect(success, t.name).toMatchObject({ required: ['result', 'cost_cents', 'remaining_credits'] });
+      expect(success!.properties.result, t.name).toEqual(outputJsonSchema(findTool(t.name)!));
       expect(t.annotations, t.name).toMatchObject({
         readOnlyHint: !findTool(t.name)!.sideEffects,
         destructiveHint: !!findTool(t.name)!.sideEffects,
@@ -321,6 +325,8 @@ describe('outputSchema and annotations', () => {
     expect(validate({ result: { expression: '1', result: 1, value: 1, type: 'number' }, cost_cents: 2, remaining_credits: 1 })).toBe(false);
     expect(validate({ result: 'cut', cost_cents: 2, remaining_credits: 1 })).toBe(false);
     expect(validate({ result: 'cut', cost_cents: 2, remaining_credits: 1, truncated: true })).toBe(true);
+    expect(validate({ error: { code: 'invalid_input', message: 'bad' } })).toBe(true);
+    expect(validate({ cost_cents: 2, remaining_credits: 1 })).toBe(false);
     await client.close();
   });
 
@@ -375,6 +381,23 @@ describe("a key's default tool set, on every surface", () => {
     expect(await h.ledgerCharges(acct.accountId)).toBe(1);
     // The account's production key has no set: it calls anything its plan allows.
     expect((await h.call('bcalc', { expression: '1 + 1' }, acct.apiKey)).statusCode).toBe(200);
+  });
+
+  it('the chat API refuses a model whose tool is outside the set, and lists only those inside it', async () => {
+    const { acct, agent } = await withSet('enterprise', 100, { tools: ['compute'] });
+    const model = await h.request({ method: 'GET', url: '/v1/models/svc-hints', headers: auth(agent.apiKey) });
+    expect(model.statusCode).toBe(403);
+    expect(json(model).error.message).toMatch(/tool set "only" does not include hints/);
+    const chat = await h.request({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      headers: auth(agent.apiKey),
+      payload: { model: 'svc-hints', messages: [{ role: 'user', content: 'two-sum in O(n)?' }] },
+    });
+    expect(chat.statusCode).toBe(403);
+    expect(json(chat).error.message).toMatch(/tool set "only" does not include hints/);
+    expect(json(await h.request({ method: 'GET', url: '/v1/models', headers: auth(agent.apiKey) })).data).toEqual([]);
+    expect(await h.credits(acct.accountId)).toBe(100);
   });
 
   it('over MCP the key lists only its set and a call outside it is an isError tool_not_allowed, uncharged', async () => {

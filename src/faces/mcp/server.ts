@@ -112,41 +112,43 @@ function refuseOutsideNarrowing(name: string, narrowing: ToolNarrowing | null | 
 }
 
 /**
- * The JSON Schema of a successful tools/call's structuredContent: the call's answer as POST
- * /tools/{name} gives it, `result` being the tool's own output schema (MCP wants an object at the
- * root, which the tool's result alone need not be). A stored answer over RESULT_MAX_BYTES, replayed
- * under an Idempotency-Key, says `truncated` and carries the start of its JSON text as `result`.
+ * The JSON Schema of a tools/call's structuredContent. MCP clients (the SDK's Client among them) check
+ * every structuredContent against it, failures' too, so it names each shape a call can answer:
+ *
+ * 1. success: the call's answer as POST /tools/{name} gives it, `result` being the tool's own output
+ *    schema (MCP wants an object at the root, which the tool's result alone need not be); `sandbox`
+ *    too for sandbox keys;
+ * 2. a stored answer over RESULT_MAX_BYTES replayed under an Idempotency-Key: `truncated`, and the
+ *    start of its JSON text as `result`;
+ * 3. a failure (isError): `{error: {code, message, ...details}}`;
+ * 4. x402's PaymentRequired, which a paid call without a payment answers (src/faces/mcp/paid.ts).
+ *
+ * Kept terse (no descriptions): the whole list goes to hosts, and POST /tools/{name} documents the
+ * fields. The other shapes are told apart by a field only they have (`truncated`, `error`,
+ * `x402Version`), so a success of the wrong shape matches none.
  */
 export function mcpOutputSchema(tool: AnyTool): Tool['outputSchema'] {
   const result = outputJsonSchema(tool);
   if (!result) return undefined;
-  // Kept terse (no descriptions): the whole list is sent to hosts, and POST /tools/{name} documents these fields.
-  // Failures (isError) carry structuredContent too, and MCP clients (the SDK's Client among them)
-  // check every structuredContent against the schema, so the schema names the two other shapes a
-  // call can answer: `{error}` (failure below) and x402's PaymentRequired (src/faces/mcp/paid.ts).
   return {
     type: 'object',
     anyOf: [
       {
-        properties: { cost_cents: { type: 'integer' }, remaining_credits: { type: ['integer', 'null'] }, sandbox: { const: true }, truncated: { const: true } },
         required: ['result', 'cost_cents', 'remaining_credits'],
-        if: { required: ['truncated'] },
-        then: { properties: { result: { type: 'string' } } },
-        else: { properties: { result } },
+        properties: { result, cost_cents: INTEGER, remaining_credits: { type: ['integer', 'null'] } },
       },
+      TRUNCATED_SHAPE,
       FAILURE_SHAPE,
       PAYMENT_REQUIRED_SHAPE,
     ],
   };
 }
 
-/** An isError result's structuredContent: `{error: {code, message, ...details}}`. */
-const FAILURE_SHAPE = {
-  required: ['error'],
-  properties: { error: { type: 'object', required: ['code', 'message'], properties: { code: { type: 'string' }, message: { type: 'string' } } } },
-};
-/** x402's PaymentRequired, which a paid call without a payment answers as an isError result. */
-const PAYMENT_REQUIRED_SHAPE = { required: ['x402Version', 'accepts'], properties: { x402Version: { type: 'integer' }, accepts: { type: 'array' } } };
+const INTEGER = { type: 'integer' };
+// The other shapes by the fields only they have: enough to tell them apart, small enough to send 80 times.
+const TRUNCATED_SHAPE = { required: ['truncated'] };
+const FAILURE_SHAPE = { required: ['error'], properties: { error: { type: 'object' } } };
+const PAYMENT_REQUIRED_SHAPE = { required: ['x402Version', 'accepts'] };
 
 const toolEntries = new WeakMap<AnyTool, Tool>();
 
