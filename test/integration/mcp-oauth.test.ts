@@ -5,6 +5,11 @@ import { chromium, type Browser } from 'playwright-core';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
+import {
+  Client as ClientV2,
+  StreamableHTTPClientTransport as TransportV2,
+  UnauthorizedError as UnauthorizedErrorV2,
+} from '@modelcontextprotocol/client';
 import { json, startHarness, type Harness, type TestAccount } from '../helpers/harness.js';
 import { MemoryProvider, consentInBrowser, startRedirectTarget, type Redirects } from '../helpers/mcp-oauth-client.js';
 import { getTool } from '../../src/tools/index.js';
@@ -366,6 +371,33 @@ describe('signing in with a one-time link, choosing a tool set', () => {
     const { client } = await connectWithOAuth(provider);
     expect((await client.listTools()).tools.map((t) => t.name).sort()).toEqual(['check_balance', 'compute']);
     expect((await grantOf(acct.accountId)).allowed_tools.sort()).toEqual(['check_balance', 'compute']);
+    await client.close();
+  });
+});
+
+/**
+ * MCP Inspector 2.12 needs Node 22.19 or later (its package's engines), so it cannot run on this
+ * service's Node 20. Its MCP client is @modelcontextprotocol/client 2.3.1 (the SDK's version 2), which
+ * runs on Node 20: the same OAuth flow through that library.
+ */
+describe('the MCP client library MCP Inspector 2.12 is built on (@modelcontextprotocol/client 2.3.1)', () => {
+  it('registers, is authorized in Chromium, lists and calls the granted tool', async () => {
+    const acct = await h.account('pro', 100);
+    const provider = new MemoryProvider(redirects.url, { name: 'Inspector' });
+    const first = new ClientV2({ name: 'inspector-like', version: '2.12.0' });
+    await expect(first.connect(new TransportV2(mcpUrl, { authProvider: provider }))).rejects.toBeInstanceOf(UnauthorizedErrorV2);
+    const arrived = redirects.next();
+    await consentInBrowser(browser, provider.authorizationUrl!, { apiKey: acct.apiKey, tools: ['compute'] });
+    // The whole callback: the v2 client checks its iss against the issuer it discovered (RFC 9207).
+    await new TransportV2(mcpUrl, { authProvider: provider }).finishAuth(await arrived);
+    const client = new ClientV2({ name: 'inspector-like', version: '2.12.0' });
+    await client.connect(new TransportV2(mcpUrl, { authProvider: provider }));
+    const { tools } = await client.listTools();
+    expect(tools.map((t) => t.name)).toEqual(['compute']);
+    expect(tools[0]!.outputSchema).toBeDefined();
+    const result = await client.callTool({ name: 'compute', arguments: { expression: '3 * 14' } });
+    expect(result.isError).toBeFalsy();
+    expect(JSON.stringify(result.structuredContent)).toContain('42');
     await client.close();
   });
 });
