@@ -31,8 +31,12 @@ export interface KeyProxy {
   close(): Promise<void>;
 }
 
-/** A loopback HTTP proxy to `target` that adds the API key to every request. */
-export async function startKeyProxy(target: string, apiKey: string): Promise<KeyProxy> {
+/**
+ * A loopback HTTP proxy to `target` that adds the API key (or an OAuth access token) to every
+ * request. `asTarget` sends the target's own Host instead of the client's: an access token is for
+ * one resource URL (RFC 8707), which the service reads from Host.
+ */
+export async function startKeyProxy(target: string, apiKey: string, opts: { asTarget?: boolean } = {}): Promise<KeyProxy> {
   const to = new URL(target);
   const server = http.createServer((req, res) => {
     const upstream = http.request(
@@ -41,7 +45,7 @@ export async function startKeyProxy(target: string, apiKey: string): Promise<Key
         port: to.port,
         method: req.method,
         path: req.url,
-        headers: { ...req.headers, authorization: `Bearer ${apiKey}` },
+        headers: { ...req.headers, ...(opts.asTarget ? { host: to.host } : {}), authorization: `Bearer ${apiKey}` },
       },
       (up) => {
         res.writeHead(up.statusCode ?? 502, up.headers);

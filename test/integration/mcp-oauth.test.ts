@@ -5,16 +5,13 @@ import { chromium, type Browser } from 'playwright-core';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
-import {
-  Client as ClientV2,
-  StreamableHTTPClientTransport as TransportV2,
-  UnauthorizedError as UnauthorizedErrorV2,
-} from '@modelcontextprotocol/client';
+import { Client as ClientV2, StreamableHTTPClientTransport as TransportV2, UnauthorizedError as UnauthorizedErrorV2 } from '@modelcontextprotocol/client';
 import { json, startHarness, type Harness, type TestAccount } from '../helpers/harness.js';
 import { MemoryProvider, consentInBrowser, startRedirectTarget, type Redirects } from '../helpers/mcp-oauth-client.js';
 import { getTool } from '../../src/tools/index.js';
 import { sql } from '../../src/db/pool.js';
 import { z } from 'zod';
+import { SCENARIOS, passed, runScenario, startKeyProxy } from '../../scripts/conformance.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const CHROMIUM_ARGS = [
@@ -400,4 +397,28 @@ describe('the MCP client library MCP Inspector 2.12 is built on (@modelcontextpr
     expect(JSON.stringify(result.structuredContent)).toContain('42');
     await client.close();
   });
+});
+
+describe('the MCP conformance suite (@modelcontextprotocol/conformance 0.1.13, the newest that runs on Node 20) with an OAuth access token', () => {
+  it('passes its server scenarios (initialize, tools-list, ping) on /mcp authorized by OAuth instead of a key', async () => {
+    const acct = await h.account('enterprise', 100);
+    const provider = new MemoryProvider(redirects.url, { name: 'Conformance' });
+    const { client } = await authorize(provider, acct, { families: ['core'] });
+    await client.close();
+    const proxy = await startKeyProxy(base, provider.saved!.access_token, { asTarget: true });
+    try {
+      // dns-rebinding-protection sends a Host naming the proxy, which this proxy replaces with the
+      // service's (the token's resource); that scenario runs with a key in mcp.test.ts.
+      for (const scenario of SCENARIOS.filter((s) => s !== 'dns-rebinding-protection')) {
+        const r = await runScenario(`${proxy.url}/mcp`, scenario);
+        expect(
+          r.checks.filter((c) => c.status === 'FAILURE'),
+          `${scenario}: ${r.output}`,
+        ).toEqual([]);
+        expect(passed(r), `${scenario}: ${r.output}`).toBe(true);
+      }
+    } finally {
+      await proxy.close();
+    }
+  }, 120_000);
 });
