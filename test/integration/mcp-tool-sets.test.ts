@@ -2,8 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ErrorCode, McpError, type Tool } from '@modelcontextprotocol/sdk/types.js';
-import Ajv from 'ajv';
-import addFormats from 'ajv-formats';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { TOOLS, findTool } from '../../src/tools/index.js';
 import { planRank, type Plan } from '../../src/tools/types.js';
@@ -314,13 +313,12 @@ describe('outputSchema and annotations', () => {
       expect(res.isError, `${name}: ${JSON.stringify(res.content)}`).toBeFalsy();
       expect(res.structuredContent).toHaveProperty('result');
     }
-    // Failures are isError results: exempt from the schema, as MCP says.
+    // A failure is an isError result whose structuredContent the client checks too: the schema's failure branch.
     const bad = await client.callTool({ name: 'compute', arguments: { expression: '2 * (3 +' } });
     expect(bad.isError).toBe(true);
     // The same validator the client uses refuses a result of the wrong shape.
-    const ajv = new Ajv({ strict: false, allErrors: true });
-    addFormats(ajv);
-    const validate = ajv.compile(mcpOutputSchema(findTool('compute')!)!);
+    const check = new AjvJsonSchemaValidator().getValidator(mcpOutputSchema(findTool('compute')!)!);
+    const validate = (v: unknown) => check(v).valid;
     expect(validate({ result: { expression: '1', result: '1', value: 1, type: 'number' }, cost_cents: 2, remaining_credits: 1 })).toBe(true);
     expect(validate({ result: { expression: '1', result: 1, value: 1, type: 'number' }, cost_cents: 2, remaining_credits: 1 })).toBe(false);
     expect(validate({ result: 'cut', cost_cents: 2, remaining_credits: 1 })).toBe(false);
@@ -332,17 +330,19 @@ describe('outputSchema and annotations', () => {
 
   it("a broad sample of real results (every example of every tool that needs no upstream) validates against its tool's outputSchema", async () => {
     const ent = await h.account('enterprise', 100_000);
-    const ajv = new Ajv({ strict: false, allErrors: true });
-    addFormats(ajv);
+    const validator = new AjvJsonSchemaValidator();
     const sample = TOOLS.filter((t) => ['core', 'math', 'text'].includes(t.family) && !t.needs?.length && !t.needsEdgeToken && t.outputSchema);
     let validated = 0;
     const failed: string[] = [];
     for (const tool of sample) {
-      const validate = ajv.compile(mcpOutputSchema(tool)!);
+      // The success branch alone: a success must match it, not merely one of the other shapes.
+      const success = (mcpOutputSchema(tool)!.anyOf as object[])[0]!;
+      const validate = validator.getValidator({ type: 'object', ...success });
       for (const example of tool.examples) {
         const res = await h.call(tool.name, example, ent.apiKey);
         if (res.statusCode !== 200) continue; // e.g. a passport handle this account never made
-        if (!validate(json(res))) failed.push(`${tool.name}: ${ajv.errorsText(validate.errors)}`);
+        const out = validate(json(res));
+        if (!out.valid) failed.push(`${tool.name}: ${out.errorMessage}`);
         validated++;
       }
     }
