@@ -172,6 +172,9 @@ describe('the MCP SDK OAuth client, dynamic registration, consent in Chromium', 
     expect(res.status).toBe(401);
     expect((await grantOf(acct.accountId)).revoked_at).not.toBeNull();
     await client.close();
+    // Keys and tokens never reach a log line.
+    const logs = h.logs.join('\n');
+    for (const secret of [acct.apiKey, old.access_token, old.refresh_token!, pair.access_token, pair.refresh_token]) expect(logs).not.toContain(secret);
   });
 });
 
@@ -242,6 +245,13 @@ describe('tokens bound to /mcp, and the attacks on the flow', () => {
     const { code_challenge: _c, ...noPkce } = good;
     expect(new URL((await at(noPkce)).headers.get('location')!).searchParams.get('error')).toBe('invalid_request');
     expect(new URL((await at({ ...good, code_challenge_method: 'plain' })).headers.get('location')!).searchParams.get('error')).toBe('invalid_request');
+    // A client's name is shown escaped: a registered name cannot put markup on the page.
+    const xss = (await (
+      await registerClient({ redirect_uris: [redirects.url], token_endpoint_auth_method: 'none', client_name: '<img src=x onerror=alert(1)>' })
+    ).json()) as { client_id: string };
+    const named = await (await at({ ...good, client_id: xss.client_id })).text();
+    expect(named).toContain('&lt;img src=x onerror=alert(1)&gt;');
+    expect(named).not.toContain('<img');
     // The page cannot be framed and runs no script.
     const page = await at(good);
     expect(page.status).toBe(200);
@@ -365,6 +375,9 @@ describe('signing in with a one-time link, choosing a tool set', () => {
     } finally {
       await context.close();
     }
+    // The link is a credential: no log line carries it.
+    const secret = link.split('/').pop()!;
+    expect(h.logs.join('\n')).not.toContain(secret);
     const { client } = await connectWithOAuth(provider);
     expect((await client.listTools()).tools.map((t) => t.name).sort()).toEqual(['check_balance', 'compute']);
     expect((await grantOf(acct.accountId)).allowed_tools.sort()).toEqual(['check_balance', 'compute']);

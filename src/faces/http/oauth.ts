@@ -562,6 +562,8 @@ export async function oauthRoutes(app: FastifyInstance): Promise<void> {
   app.get(
     '/oauth/sign-in/:link',
     {
+      // The path carries the link's secret: this route writes no request log lines.
+      logLevel: 'silent',
       schema: {
         operationId: 'signInLinkPage',
         tags: ['MCP'],
