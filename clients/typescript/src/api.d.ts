@@ -263,7 +263,7 @@ export interface paths {
         put?: never;
         /**
          * Create a sub-key with a monthly limit and allowed tools (enterprise)
-         * @description A key (cv_sub_) that calls only `allowed_tools`, charged to the account, refused (402 monthly_limit_exceeded) past `monthly_limit` cents a month. Only an enterprise account's current production key manages sub-keys (other keys: 403 forbidden; a rotated key in its grace: 403 key_in_grace; another plan: 403 plan_required).
+         * @description A key (cv_sub_) that calls only `allowed_tools` (and, given `tool_set`, only those also in that set; an unknown set: 400), charged to the account, refused (402 monthly_limit_exceeded) past `monthly_limit` cents a month. Only an enterprise account's current production key manages sub-keys (other keys: 403 forbidden; a rotated key in its grace: 403 key_in_grace; another plan: 403 plan_required).
          */
         post: operations["createSubKey"];
         delete?: never;
@@ -412,6 +412,78 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/toolsets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The account's tool sets
+         * @description Only the account's current production key manages tool sets (other keys: 403 forbidden; a rotated key in its grace: 403 key_in_grace).
+         */
+        get: operations["listToolSets"];
+        put?: never;
+        /**
+         * Create a named tool set (tools and/or families)
+         * @description A set narrows /mcp to its tools (`?set=<name>`) and, given to a key (PUT /keys/{key_id}/tool_set, or `tool_set` on POST /subkeys/create), limits what that key may call on every surface. At most 50 sets per account and 200 tools per set; an unknown tool or family: 400; a name the account already uses: 409 tool_set_exists. Only the account's current production key manages tool sets (other keys: 403 forbidden; a rotated key in its grace: 403 key_in_grace).
+         */
+        post: operations["createToolSet"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/toolsets/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One tool set, with the tools it stands for now and the keys that use it
+         * @description No set of that name: 404. Only the account's current production key manages tool sets (other keys: 403 forbidden; a rotated key in its grace: 403 key_in_grace).
+         */
+        get: operations["getToolSet"];
+        /**
+         * Replace a tool set's tools and families
+         * @description Keys that have it as their default set call by its new contents at once, on every replica. No set of that name: 404 (create it with POST /toolsets). Only the account's current production key manages tool sets (other keys: 403 forbidden; a rotated key in its grace: 403 key_in_grace).
+         */
+        put: operations["replaceToolSet"];
+        post?: never;
+        /**
+         * Delete a tool set no live key uses
+         * @description A set that live keys have as their default is not deleted: 409 tool_set_in_use names them (`key_ids`); give them another set or none (PUT /keys/{key_id}/tool_set) or revoke them first, so no key is left naming nothing. No set of that name: 404. Only the account's current production key manages tool sets (other keys: 403 forbidden; a rotated key in its grace: 403 key_in_grace).
+         */
+        delete: operations["deleteToolSet"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/keys/{key_id}/tool_set": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Give a key of the account a default tool set (or none): it then calls only the set's tools
+         * @description Enforced at call time on every surface (POST /tools/{name}, chains and parallels, /mcp, the chat API): another tool is 403 tool_not_allowed, uncharged; /mcp lists only the set's tools. With a sub-key's allowed_tools, a tool must be in both. Any live key of the account, the production key itself included (it still manages everything). A rotation keeps the set. A key of another account: 404; revoked or expired: 409 key_not_active; an unknown set: 400. Only the account's current production key manages tool sets (other keys: 403 forbidden; a rotated key in its grace: 403 key_in_grace).
+         */
+        put: operations["setKeyToolSet"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/mcp": {
         parameters: {
             query?: never;
@@ -427,7 +499,7 @@ export interface paths {
         put?: never;
         /**
          * Model Context Protocol (Streamable HTTP, stateless)
-         * @description tools/list shows what your key may call; tools/call runs and charges like POST /tools/{name}. A fresh server per request: no session, no Mcp-Session-Id. Send Accept: application/json, text/event-stream; Mcp-Protocol-Version is optional (an unsupported one: 400). A batch may hold at most MCP_MAX_BATCH messages, no more than the key's requests per minute (each counts against the rate limit) and at most one tools/call. A browser Origin must be the service's own or listed in MCP_ALLOWED_ORIGINS (else 403, before the key is checked); a 401 carries WWW-Authenticate: Bearer.
+         * @description tools/list shows what your key may call; tools/call runs and charges like POST /tools/{name}. A fresh server per request: no session, no Mcp-Session-Id. ?tools=, ?families= and ?set= narrow what this URL lists and may call (each given narrows; an unknown name: 400 invalid_input); tools/list pages by name, 50 tools a page (nextCursor). Send Accept: application/json, text/event-stream; Mcp-Protocol-Version is optional (an unsupported one: 400). A batch may hold at most MCP_MAX_BATCH messages, no more than the key's requests per minute (each counts against the rate limit) and at most one tools/call. A browser Origin must be the service's own or listed in MCP_ALLOWED_ORIGINS (else 403, before the key is checked). An API key or an OAuth access token issued for /mcp (cv_oat_); a 401 carries WWW-Authenticate: Bearer resource_metadata="<base>/.well-known/oauth-protected-resource", where MCP clients start the OAuth flow.
          */
         post: operations["mcp"];
         /**
@@ -435,6 +507,28 @@ export interface paths {
          * @description Streamable HTTP ends a session with DELETE; this stateless endpoint has no sessions. No key needed to be told so.
          */
         delete: operations["mcpEndSession"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/mcp/x402": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Not offered: the endpoint is stateless (405, Allow: POST) */
+        get: operations["mcpX402Stream"];
+        put?: never;
+        /**
+         * Model Context Protocol paid per call with x402 (Streamable HTTP, stateless, no key)
+         * @description tools/list shows the tools sold per call (paid, without side effects) with their x402 price in _meta["x402/accepts"]. tools/call without _meta["x402/payment"] answers an isError result whose structuredContent is the x402 PaymentRequired (version 2, the payment-identifier extension declared); with a payment it verifies it, runs the tool, settles as POST /tools/{name} does and returns the result with _meta["x402/payment-response"]. A payment-identifier id makes a retry of the same payment answer the first result without settling again. Same transport rules as /mcp (origin check, at most MCP_MAX_BATCH messages and one tools/call per request). An Authorization header is refused (400): keys go to /mcp.
+         */
+        post: operations["mcpX402"];
+        /** Not offered: the endpoint is stateless (405, Allow: POST) */
+        delete: operations["mcpX402EndSession"];
         options?: never;
         head?: never;
         patch?: never;
@@ -491,6 +585,26 @@ export interface paths {
          * @description Each svc-* model runs the language-model tool of the same name, charged at its price like POST /tools/{name}; the answer waits as long as the client does. With an Idempotency-Key (non-streaming only: with stream: true it is 400) a retry with the same key and body gets the first completion again and runs nothing. Errors are in OpenAI's shape, with the service's own `code` and status.
          */
         post: operations["chatCompletions"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/responses": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OpenAI-compatible Responses API for the svc-* models (stream: true for Server-Sent Events)
+         * @description The same models, prices and charging as POST /v1/chat/completions: `input` is the request (the last user message) and its context. Responses are not stored (previous_response_id, store: true and conversations are 400), and the models call no tools and answer in text. With an Idempotency-Key (non-streaming only) a retry with the same key and body gets the first response and runs nothing. Errors are in OpenAI's shape.
+         */
+        post: operations["createResponse"];
         delete?: never;
         options?: never;
         head?: never;
@@ -592,6 +706,247 @@ export interface paths {
          * @description Creates a free account with its production key (shown once), recording the partner referral. Every sign-up is a new account: an email used before is not refused, so the answer tells nothing about other accounts. Only with SIGNUP_ENABLED (else 404); limited per client address, every attempt counted before the body is read (SIGNUP_PER_HOUR, 429 with Retry-After). An unknown attribution_code: 400.
          */
         post: operations["signUp"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/.well-known/oauth-protected-resource": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * OAuth metadata of /mcp (RFC 9728)
+         * @description Names this service as the authorization server of /mcp. A 401 from /mcp points here in WWW-Authenticate.
+         */
+        get: operations["protectedResourceMetadata"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/.well-known/oauth-protected-resource/mcp": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * OAuth metadata of /mcp (RFC 9728, path form)
+         * @description Names this service as the authorization server of /mcp. A 401 from /mcp points here in WWW-Authenticate.
+         */
+        get: operations["protectedResourceMetadataMcp"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/.well-known/oauth-authorization-server": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * OAuth authorization server metadata (RFC 8414)
+         * @description Authorization code with PKCE (S256), dynamic registration, Client ID Metadata Documents, refresh tokens, revocation.
+         */
+        get: operations["authorizationServerMetadata"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/register": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Register an OAuth client (RFC 7591)
+         * @description Open registration for MCP clients. A public client (token_endpoint_auth_method "none") gets no secret and must use PKCE, as every client must. At most OAUTH_REGISTRATIONS_PER_HOUR registrations per address an hour (429).
+         */
+        post: operations["registerOAuthClient"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/authorize": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * OAuth authorization endpoint (a page for a person)
+         * @description Checks the client, its redirect_uri, PKCE (code_challenge with S256, required) and resource (this service’s /mcp), then shows the sign-in or consent page. Problems with the client or redirect_uri are shown on the page; the rest go back to the client as ?error=.
+         */
+        get: operations["authorize"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/sign-in": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sign in on the authorization page with an API key
+         * @description The account's current production key signs this browser in for 15 minutes (a cookie); then the consent page.
+         */
+        post: operations["oauthSignIn"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/sign-in-links": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A one-time link that signs a browser in to approve an app
+         * @description For an account holder whose key is on a server and whose browser is elsewhere: open the link where an app asks for access. It works once, within 10 minutes. Only the account's current production key makes one.
+         */
+        post: operations["createSignInLink"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/sign-in/{link}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The page a one-time sign-in link opens
+         * @description Opening the link uses nothing (link scanners may open it): the button on the page signs in.
+         */
+        get: operations["signInLinkPage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/sign-in/link": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sign in with a one-time link
+         * @description Uses the link (once) and signs this browser in for 15 minutes.
+         */
+        post: operations["oauthSignInWithLink"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/consent": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The consent page (after signing in) */
+        get: operations["consentPage"];
+        put?: never;
+        /**
+         * Allow or deny an app
+         * @description Allow: the client gets an authorization code (60 s, one use) for a grant with the chosen tools and monthly cap. Deny: ?error=access_denied.
+         */
+        post: operations["oauthConsent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/token": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OAuth token endpoint: authorization_code (with PKCE) and refresh_token
+         * @description Access tokens (cv_oat_) work on /mcp only and last OAUTH_ACCESS_TOKEN_SECONDS; refresh tokens rotate (each works once; one presented again revokes the grant).
+         */
+        post: operations["oauthToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Revoke a token (RFC 7009): the whole grant ends
+         * @description Either token ends the grant at once on every replica. An unknown token answers 200 too (RFC 7009 §2.2).
+         */
+        post: operations["oauthRevoke"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2407,10 +2762,10 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /**
-         * @description Every error code and its HTTP status: invalid_input 400, unauthorized 401, invalid_api_key 401, key_not_found 401, payment_required 402, insufficient_credits 402, monthly_limit_exceeded 402, payment_invalid 402, payment_already_used 402, plan_required 403, tool_not_allowed 403, forbidden 403, edge_token_rejected 403, key_in_grace 403, tool_not_found 404, not_found 404, robots_disallowed 403, no_captions 404, method_not_allowed 405, idempotency_in_progress 409, cancelled 409, job_finished 409, payload_too_large 413, unsupported_media_type 415, idempotency_key_reused 422, tool_failed 422, limit_exceeded 422, rate_limited 429, concurrency_limited 429, internal_error 500, upstream_error 502, fetch_failed 502, tool_unavailable 503, service_unavailable 503, timeout 504, key_not_active 409, topup_unavailable 503.
+         * @description Every error code and its HTTP status: invalid_input 400, unauthorized 401, invalid_api_key 401, key_not_found 401, payment_required 402, insufficient_credits 402, monthly_limit_exceeded 402, payment_invalid 402, payment_already_used 402, plan_required 403, tool_not_allowed 403, forbidden 403, edge_token_rejected 403, key_in_grace 403, tool_not_found 404, not_found 404, robots_disallowed 403, no_captions 404, method_not_allowed 405, idempotency_in_progress 409, payment_identifier_reused 409, cancelled 409, job_finished 409, payload_too_large 413, unsupported_media_type 415, idempotency_key_reused 422, tool_failed 422, limit_exceeded 422, rate_limited 429, concurrency_limited 429, internal_error 500, upstream_error 502, fetch_failed 502, tool_unavailable 503, service_unavailable 503, timeout 504, key_not_active 409, tool_set_exists 409, tool_set_in_use 409, topup_unavailable 503.
          * @enum {string}
          */
-        ErrorCode: "invalid_input" | "unauthorized" | "invalid_api_key" | "key_not_found" | "payment_required" | "insufficient_credits" | "monthly_limit_exceeded" | "payment_invalid" | "payment_already_used" | "plan_required" | "tool_not_allowed" | "forbidden" | "edge_token_rejected" | "key_in_grace" | "tool_not_found" | "not_found" | "robots_disallowed" | "no_captions" | "method_not_allowed" | "idempotency_in_progress" | "cancelled" | "job_finished" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "tool_failed" | "limit_exceeded" | "rate_limited" | "concurrency_limited" | "internal_error" | "upstream_error" | "fetch_failed" | "tool_unavailable" | "service_unavailable" | "timeout" | "key_not_active" | "topup_unavailable";
+        ErrorCode: "invalid_input" | "unauthorized" | "invalid_api_key" | "key_not_found" | "payment_required" | "insufficient_credits" | "monthly_limit_exceeded" | "payment_invalid" | "payment_already_used" | "plan_required" | "tool_not_allowed" | "forbidden" | "edge_token_rejected" | "key_in_grace" | "tool_not_found" | "not_found" | "robots_disallowed" | "no_captions" | "method_not_allowed" | "idempotency_in_progress" | "payment_identifier_reused" | "cancelled" | "job_finished" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "tool_failed" | "limit_exceeded" | "rate_limited" | "concurrency_limited" | "internal_error" | "upstream_error" | "fetch_failed" | "tool_unavailable" | "service_unavailable" | "timeout" | "key_not_active" | "tool_set_exists" | "tool_set_in_use" | "topup_unavailable";
         /** @description The one error envelope. Extra details (required_plan, retry_after, issues, job_id…) sit inside `error`. */
         Error: {
             error: {
@@ -2421,7 +2776,7 @@ export interface components {
                 [key: string]: unknown;
             };
         };
-        /** @description Errors of /v1/chat/completions and /v1/models, in the shape OpenAI SDKs parse; `code` is the service's own. */
+        /** @description Errors of every path under /v1, in the shape OpenAI SDKs parse; `code` is the service's own. */
         OpenAiError: {
             error: {
                 message: string;
@@ -2633,7 +2988,7 @@ export interface components {
              * @description The calling key's type.
              * @enum {string}
              */
-            key_type: "production" | "sub" | "test" | "agent" | "vip";
+            key_type: "production" | "sub" | "test" | "agent" | "vip" | "grant";
             /** @description A sub-key only: its cap, in cents per calendar month. */
             monthly_limit?: number;
             /**
@@ -2641,146 +2996,6 @@ export interface components {
              * @constant
              */
             sandbox?: true;
-        };
-        ChatCompletionRequest: {
-            /** @description One of the models GET /v1/models lists: svc-genius, svc-hints, svc-roast. */
-            model: string;
-            /** @description The conversation, oldest first; the last user message is the request, earlier ones are context. */
-            messages: ({
-                /**
-                 * @description Author of the message. The last message must be the user’s.
-                 * @enum {string}
-                 */
-                role: "system" | "developer" | "user" | "assistant" | "tool" | "function";
-                /** @description Text, or an array of content parts of which the text parts are used. */
-                content?: string | ({
-                    /** @description Part type; only "text" parts are read, others (images, audio) are ignored. */
-                    type: string;
-                    /** @description The text of a "text" part. */
-                    text?: string;
-                } & {
-                    [key: string]: unknown;
-                })[] | null;
-            } & {
-                [key: string]: unknown;
-            })[];
-            /** @description Stream chat.completion.chunk events as the model generates tokens. */
-            stream?: boolean | null;
-            stream_options?: ({
-                /** @description Send a last chunk with token usage before [DONE]. */
-                include_usage?: boolean | null;
-            } & {
-                [key: string]: unknown;
-            }) | null;
-            /** @description Upper bound on generated tokens. */
-            max_completion_tokens?: number | null;
-            /** @description Older name of max_completion_tokens. */
-            max_tokens?: number | null;
-            /** @description Accepted for compatibility and not used: each model runs at the temperature its prompt is tuned for. */
-            temperature?: number | null;
-            /** @description Number of choices; only 1 is offered. */
-            n?: 1 | null;
-        } & {
-            [key: string]: unknown;
-        };
-        Model: {
-            /** @enum {string} */
-            id: "svc-genius" | "svc-hints" | "svc-roast";
-            /** @constant */
-            object: "model";
-            /** @description Fixed: the svc-* models are versioned with the service. */
-            created: number;
-            /** @constant */
-            owned_by: "tollgate";
-            description: string;
-            /** @description The tool the model runs, at its price. */
-            tool: string;
-            /** @description The price in dollars, e.g. $0.02. */
-            cost: string;
-            price_cents: number;
-            /**
-             * @description The lowest plan that may call it.
-             * @enum {string}
-             */
-            tier: "free" | "starter" | "pro" | "enterprise";
-        };
-        ChatCompletion: {
-            /** @description chatcmpl-<job id> */
-            id: string;
-            /** @constant */
-            object: "chat.completion";
-            created: number;
-            model: string;
-            system_fingerprint: null;
-            /** @description Always one choice. */
-            choices: {
-                /** @constant */
-                index: 0;
-                message: {
-                    /** @constant */
-                    role: "assistant";
-                    content: string;
-                    refusal: null;
-                };
-                logprobs: null;
-                /** @enum {string} */
-                finish_reason: "stop" | "length" | "content_filter" | "tool_calls" | "function_call";
-            }[];
-            /** @description Token usage, when the upstream reported it. */
-            usage?: {
-                prompt_tokens: number;
-                completion_tokens: number;
-                total_tokens: number;
-            };
-            /** @description The call's job id and charge, beside OpenAI's fields. */
-            tollgate: {
-                job_id: string;
-                cost_cents: number;
-                remaining_credits: number | null;
-                /**
-                 * @description Present, true, for sandbox (cv_test_) keys.
-                 * @constant
-                 */
-                sandbox?: true;
-            };
-        };
-        /** @description One `data:` event of a streamed chat completion (stream: true). */
-        ChatCompletionChunk: {
-            /** @description chatcmpl-<job id> */
-            id: string;
-            /** @constant */
-            object: "chat.completion.chunk";
-            created: number;
-            model: string;
-            system_fingerprint: null;
-            choices: {
-                /** @constant */
-                index: 0;
-                delta: {
-                    /** @constant */
-                    role?: "assistant";
-                    content?: string;
-                };
-                logprobs: null;
-                finish_reason: ("stop" | "length" | "content_filter" | "tool_calls" | "function_call") | null;
-            }[];
-            /** @description With stream_options.include_usage: null on every chunk but the last, which has no choices. */
-            usage?: {
-                prompt_tokens: number;
-                completion_tokens: number;
-                total_tokens: number;
-            } | null;
-            /** @description On the chunk with the finish reason. */
-            tollgate?: {
-                job_id: string;
-                cost_cents: number;
-                remaining_credits: number | null;
-                /**
-                 * @description Present, true, for sandbox (cv_test_) keys.
-                 * @constant
-                 */
-                sandbox?: true;
-            };
         };
         /** @description The root protocol: one of chain, parallel or direct (m); stream: true for Server-Sent Events. Up to 10 tools. */
         ProtocolRequest: {
@@ -2872,6 +3087,8 @@ export interface components {
             monthly_limit: number;
             /** @description Tool names (GET /tools lists them); an unknown name is refused, repeated names count once. */
             allowed_tools: string[];
+            /** @description A tool set of the account (POST /toolsets) as the sub-key's default set: it may call only tools in both it and allowed_tools. */
+            tool_set?: string;
         };
         /** @description A live sub-key, without its secret. */
         SubKey: {
@@ -2883,6 +3100,8 @@ export interface components {
             /** @description Cents per calendar month (UTC). */
             monthly_limit: number;
             allowed_tools: string[];
+            /** @description Its default tool set (PUT /keys/{key_id}/tool_set changes it), or null. */
+            tool_set: string | null;
             /** @description Cents charged to this sub-key this calendar month (UTC). */
             used_this_month: number;
             /** Format: date-time */
@@ -2899,6 +3118,8 @@ export interface components {
             monthly_limit: number;
             /** @description As sent, each name once. */
             allowed_tools: string[];
+            /** @description Its default tool set, or null. */
+            tool_set: string | null;
             /** @constant */
             used_this_month: 0;
             /** Format: date-time */
@@ -2942,7 +3163,7 @@ export interface components {
             /** @description Most charged first. */
             by_key: {
                 key_id: string | null;
-                type: ("production" | "sub" | "test" | "agent" | "vip") | null;
+                type: ("production" | "sub" | "test" | "agent" | "vip" | "grant") | null;
                 name: string | null;
                 display_prefix: string | null;
                 /** @description Cents charged (positive). */
@@ -2999,7 +3220,7 @@ export interface components {
             /** Format: uuid */
             key_id: string;
             /** @enum {string} */
-            type: "production" | "sub" | "test" | "agent" | "vip";
+            type: "production" | "sub" | "test" | "agent" | "vip" | "grant";
             /** @description The first characters of the key, to recognise it by. */
             display_prefix: string;
             name: string | null;
@@ -3040,6 +3261,133 @@ export interface components {
                 grace_seconds: number;
             };
         };
+        /** @description A new tool set of the account. */
+        CreateToolSet: {
+            /** @description Lower-case letters, digits, _ and -; unique within the account. */
+            name: string;
+            /** @description Tool names (GET /tools lists them), at most 200; an unknown name is refused. */
+            tools?: string[];
+            /** @description Whole families (core, web, llm, edge, text, math, media): every tool of each, those added later too. */
+            families?: string[];
+        };
+        /** @description A tool set's new contents: tools and/or families. */
+        ReplaceToolSet: {
+            /** @description Tool names (GET /tools lists them), at most 200; an unknown name is refused. */
+            tools?: string[];
+            /** @description Whole families (core, web, llm, edge, text, math, media): every tool of each, those added later too. */
+            families?: string[];
+        };
+        /** @description A named tool set: narrows /mcp (?set=) and, as a key’s default, what that key may call anywhere. */
+        ToolSet: {
+            name: string;
+            /** @description Tool names, as given (each once). */
+            tools: string[];
+            /** @description Families, as given: every tool of each, those added later too. */
+            families: ("core" | "web" | "llm" | "edge" | "text" | "math" | "media")[];
+            /** @description The tools the set stands for now, by name: its tools plus its families. */
+            resolved_tools: string[];
+            /** @description Live keys that have it as their default set (PUT /keys/{key_id}/tool_set). */
+            key_ids: string[];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        SetKeyToolSet: {
+            /** @description A tool set of the account, or null for none. */
+            tool_set: string | null;
+        };
+        /** @description An OAuth error: its own shape, as OAuth clients read it. */
+        OAuthError: {
+            /** @description RFC 6749 §5.2 / RFC 7591 §3.2.2 code, e.g. invalid_grant. */
+            error: string;
+            error_description: string;
+        };
+        /** @description RFC 9728 metadata of /mcp. */
+        ProtectedResourceMetadata: {
+            /** Format: uri */
+            resource: string;
+            authorization_servers: string[];
+            scopes_supported: string[];
+            bearer_methods_supported: string[];
+            resource_name: string;
+            /** Format: uri */
+            resource_documentation: string;
+        };
+        /** @description RFC 8414 metadata of this authorization server. */
+        AuthorizationServerMetadata: {
+            /** Format: uri */
+            issuer: string;
+            /** Format: uri */
+            authorization_endpoint: string;
+            /** Format: uri */
+            token_endpoint: string;
+            /** Format: uri */
+            registration_endpoint: string;
+            /** Format: uri */
+            revocation_endpoint: string;
+            response_types_supported: string[];
+            grant_types_supported: string[];
+            code_challenge_methods_supported: string[];
+            token_endpoint_auth_methods_supported: string[];
+            revocation_endpoint_auth_methods_supported: string[];
+            scopes_supported: string[];
+            client_id_metadata_document_supported: boolean;
+            authorization_response_iss_parameter_supported: boolean;
+            /** Format: uri */
+            service_documentation: string;
+        };
+        /** @description RFC 7591 client metadata; other fields are ignored. */
+        OAuthClientRegistration: {
+            /** @description https URIs, http only to localhost/127.0.0.1/[::1], or a private-use scheme; no fragments; 1 to 10. */
+            redirect_uris: string[];
+            /** @description Shown on the consent page; at most 100 characters. */
+            client_name?: string;
+            /**
+             * @description Default client_secret_basic (RFC 7591).
+             * @enum {string}
+             */
+            token_endpoint_auth_method?: "none" | "client_secret_post" | "client_secret_basic";
+            grant_types?: ("authorization_code" | "refresh_token")[];
+            response_types?: "code"[];
+            scope?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        OAuthRegisteredClient: {
+            client_id: string;
+            /** @description Only for confidential clients, shown once. */
+            client_secret?: string;
+            client_id_issued_at: number;
+            /** @constant */
+            client_secret_expires_at?: 0;
+            redirect_uris: string[];
+            token_endpoint_auth_method: string;
+            grant_types: string[];
+            response_types: string[];
+            client_name?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        OAuthTokens: {
+            /** @description cv_oat_...: for /mcp only. */
+            access_token: string;
+            /** @constant */
+            token_type: "Bearer";
+            expires_in: number;
+            /** @description cv_ort_...: one use; the answer carries the next. */
+            refresh_token: string;
+            scope: string;
+        };
+        SignInLink: {
+            /**
+             * Format: uri
+             * @description Open it in the browser where an app asks for access; it works once.
+             */
+            url: string;
+            /** @description Seconds. */
+            expires_in: number;
+        };
         /** @description A JSON-RPC 2.0 request, notification or answer. */
         JsonRpcMessage: {
             /** @constant */
@@ -3076,6 +3424,432 @@ export interface components {
                 code: number;
                 message: string;
                 data?: unknown;
+            };
+        };
+        CreateResponseRequest: {
+            /** @description One of the models GET /v1/models lists: svc-genius, svc-hints, svc-roast. */
+            model: string;
+            /** @description The request as text, or the conversation as messages, oldest first; the last must be the user’s. */
+            input: string | ({
+                /** @description 'message' (the default); function calls, their outputs and reasoning items are refused. */
+                type?: string;
+                /**
+                 * @description The last item must be the user’s.
+                 * @enum {string}
+                 */
+                role: "user" | "assistant" | "system" | "developer";
+                /** @description Text, or an array of input_text parts. */
+                content: string | ({
+                    /** @description input_text (or output_text in an echoed assistant message); images and files are refused. */
+                    type: string;
+                    text?: string;
+                } & {
+                    [key: string]: unknown;
+                })[];
+            } & {
+                [key: string]: unknown;
+            })[];
+            /** @description Passed to the model as the calling application's instructions, after the tool's own (which it cannot replace). */
+            instructions?: string | null;
+            /** @description Upper bound on generated tokens (16 to 16384). */
+            max_output_tokens?: number | null;
+            /** @description Stream the Responses API events as the model generates tokens. */
+            stream?: boolean | null;
+            stream_options?: {
+                /** @description Accepted for compatibility; has no effect. */
+                include_obfuscation?: boolean | null;
+            } | null;
+            /** @description Only false: responses are not stored. */
+            store?: boolean | null;
+            /** @description Refused with 400: responses are not stored; send the conversation in input. */
+            previous_response_id?: string | null;
+            /** @description Refused with 400. */
+            conversation?: unknown | null;
+            /** @description Only false. */
+            background?: boolean | null;
+            /** @description Refused with 400. */
+            prompt?: {
+                [key: string]: unknown;
+            } | null;
+            /** @description Refused with 400 unless empty. */
+            tools?: ({
+                type: string;
+            } & {
+                [key: string]: unknown;
+            })[] | null;
+            /** @description Only 'none' or 'auto'. */
+            tool_choice?: (("none" | "auto" | "required") | ({
+                type: string;
+            } & {
+                [key: string]: unknown;
+            })) | null;
+            /** @description Only text.format {"type": "text"}. */
+            text?: {
+                format?: ({
+                    /** @enum {string} */
+                    type: "text" | "json_object" | "json_schema";
+                } & {
+                    [key: string]: unknown;
+                }) | null;
+                /** @description Accepted for compatibility; has no effect. */
+                verbosity?: ("low" | "medium" | "high") | null;
+            };
+            /** @description Only empty. */
+            include?: string[] | null;
+            /** @description Only 0. */
+            top_logprobs?: number | null;
+            /** @description Refused with 400. */
+            moderation?: {
+                [key: string]: unknown;
+            } | null;
+            /** @description Only empty. */
+            context_management?: unknown[] | null;
+            /** @description Accepted and not used: each model runs at the temperature its instructions are tuned for. */
+            temperature?: number | null;
+            /** @description Accepted for compatibility; has no effect. */
+            top_p?: number | null;
+            /** @description Accepted for compatibility; has no effect. */
+            parallel_tool_calls?: boolean | null;
+            /** @description Accepted for compatibility; has no effect. */
+            max_tool_calls?: number | null;
+            /** @description Accepted for compatibility; has no effect. */
+            reasoning?: {
+                [key: string]: unknown;
+            } | null;
+            /** @description Accepted for compatibility; has no effect. */
+            truncation?: ("auto" | "disabled") | null;
+            /** @description Returned in the response; has no other effect. */
+            metadata?: {
+                [key: string]: string;
+            } | null;
+            /** @description Accepted for compatibility; has no effect. */
+            user?: string | null;
+            /** @description Accepted for compatibility; has no effect. */
+            safety_identifier?: string | null;
+            /** @description Accepted for compatibility; has no effect. */
+            service_tier?: string | null;
+            /** @description Accepted for compatibility; has no effect. */
+            prompt_cache_key?: string | null;
+            /** @description Accepted for compatibility; has no effect. */
+            prompt_cache_retention?: string | null;
+            /** @description Accepted for compatibility; has no effect. */
+            prompt_cache_options?: {
+                [key: string]: unknown;
+            } | null;
+        };
+        ResponseObject: {
+            /** @description resp_<job id> */
+            id: string;
+            /** @constant */
+            object: "response";
+            created_at: number;
+            completed_at?: number;
+            /** @enum {string} */
+            status: "in_progress" | "completed" | "incomplete";
+            error: null;
+            incomplete_details: {
+                /** @enum {string} */
+                reason: "max_output_tokens" | "content_filter";
+            } | null;
+            instructions: string | null;
+            max_output_tokens: number | null;
+            model: string;
+            /** @description One assistant message (none while in progress). */
+            output: {
+                /** @description msg_<job id> */
+                id: string;
+                /** @constant */
+                type: "message";
+                /** @enum {string} */
+                status: "in_progress" | "completed" | "incomplete";
+                /** @constant */
+                role: "assistant";
+                content: {
+                    /** @constant */
+                    type: "output_text";
+                    text: string;
+                    annotations: unknown[];
+                    logprobs: unknown[];
+                }[];
+            }[];
+            /** @constant */
+            parallel_tool_calls: false;
+            previous_response_id: null;
+            temperature: null;
+            top_p: null;
+            /** @constant */
+            tool_choice: "none";
+            tools: unknown[];
+            text: {
+                format: {
+                    /** @constant */
+                    type: "text";
+                };
+            };
+            /** @constant */
+            truncation: "disabled";
+            /** @constant */
+            store: false;
+            metadata: {
+                [key: string]: string;
+            };
+            /** @description Token usage, when the upstream reported it. */
+            usage?: {
+                input_tokens: number;
+                input_tokens_details: {
+                    cached_tokens: number;
+                };
+                output_tokens: number;
+                output_tokens_details: {
+                    reasoning_tokens: number;
+                };
+                total_tokens: number;
+            };
+            /** @description Once finished. */
+            tollgate?: {
+                job_id: string;
+                cost_cents: number;
+                remaining_credits: number | null;
+                /**
+                 * @description Present, true, for sandbox (cv_test_) keys.
+                 * @constant
+                 */
+                sandbox?: true;
+            };
+        };
+        ChatCompletionRequest: {
+            /** @description One of the models GET /v1/models lists: svc-genius, svc-hints, svc-roast. */
+            model: string;
+            /** @description The conversation, oldest first; the last user message is the request, earlier ones are context. */
+            messages: ({
+                /**
+                 * @description Author of the message; tool and function results are refused (the models call no functions). The last message must be the user’s.
+                 * @enum {string}
+                 */
+                role: "system" | "developer" | "user" | "assistant" | "tool" | "function";
+                /** @description Text, or an array of text content parts. */
+                content?: string | ({
+                    /** @description Part type: only "text" parts are accepted. */
+                    type: string;
+                    /** @description The text of a "text" part. */
+                    text?: string;
+                } & {
+                    [key: string]: unknown;
+                })[] | null;
+                /** @description Accepted; has no effect. */
+                name?: string;
+                tool_calls?: unknown[] | null;
+                function_call?: unknown;
+            } & {
+                [key: string]: unknown;
+            })[];
+            /** @description Stream chat.completion.chunk events as the model generates tokens. */
+            stream?: boolean | null;
+            stream_options?: {
+                /** @description Send a last chunk with token usage before [DONE]. */
+                include_usage?: boolean | null;
+                /** @description Accepted for compatibility; has no effect. */
+                include_obfuscation?: boolean | null;
+            } | null;
+            /** @description Upper bound on generated tokens (16 to 16384). */
+            max_completion_tokens?: number | null;
+            /** @description Older name of max_completion_tokens. */
+            max_tokens?: number | null;
+            /** @description Number of choices: only 1 (more is 400). */
+            n?: number | null;
+            /** @description Refused with 400 unless empty: the models call no functions. */
+            tools?: ({
+                type: string;
+            } & {
+                [key: string]: unknown;
+            })[] | null;
+            /** @description Only 'none' or 'auto' (400 otherwise): the models call no functions. */
+            tool_choice?: (("none" | "auto" | "required") | ({
+                type: string;
+            } & {
+                [key: string]: unknown;
+            })) | null;
+            /** @description Accepted for compatibility; has no effect. */
+            parallel_tool_calls?: boolean | null;
+            /** @description Refused with 400 unless empty: the models call no functions. */
+            functions?: ({
+                name: string;
+            } & {
+                [key: string]: unknown;
+            })[] | null;
+            /** @description Only 'none' or 'auto' (400 otherwise). */
+            function_call?: (("none" | "auto") | ({
+                name: string;
+            } & {
+                [key: string]: unknown;
+            })) | null;
+            /** @description Only {"type": "text"} (400 otherwise): the models answer in prose. */
+            response_format?: ({
+                /** @enum {string} */
+                type: "text" | "json_object" | "json_schema";
+            } & {
+                [key: string]: unknown;
+            }) | null;
+            /** @description Refused with 400 unless empty. */
+            stop?: (string | string[]) | null;
+            /** @description Only false (400 otherwise). */
+            logprobs?: boolean | null;
+            /** @description Only 0 (400 otherwise). */
+            top_logprobs?: number | null;
+            /** @description Refused with 400 unless empty. */
+            logit_bias?: {
+                [key: string]: number;
+            } | null;
+            /** @description Only ["text"] (400 with "audio"). */
+            modalities?: ("text" | "audio")[] | null;
+            /** @description Refused with 400. */
+            audio?: {
+                [key: string]: unknown;
+            } | null;
+            /** @description Refused with 400. */
+            web_search_options?: {
+                [key: string]: unknown;
+            } | null;
+            /** @description Refused with 400: nothing here would moderate. */
+            moderation?: {
+                [key: string]: unknown;
+            } | null;
+            /** @description Accepted for compatibility and not used: each model runs at the temperature its instructions are tuned for. */
+            temperature?: number | null;
+            /** @description Accepted for compatibility; has no effect. */
+            top_p?: number | null;
+            /** @description Accepted for compatibility; has no effect. */
+            frequency_penalty?: number | null;
+            /** @description Accepted for compatibility; has no effect. */
+            presence_penalty?: number | null;
+            /** @description Accepted for compatibility; has no effect. */
+            seed?: number | null;
+            /** @description Accepted for compatibility; has no effect. */
+            reasoning_effort?: string | null;
+            /** @description Accepted for compatibility; has no effect. */
+            verbosity?: ("low" | "medium" | "high") | null;
+            /** @description Accepted; has no effect (a prediction only speeds up an answer elsewhere). */
+            prediction?: {
+                [key: string]: unknown;
+            } | null;
+            /** @description Accepted for compatibility; has no effect. */
+            user?: string | null;
+            /** @description Accepted for compatibility; has no effect. */
+            safety_identifier?: string | null;
+            /** @description Accepted for compatibility; has no effect. */
+            metadata?: {
+                [key: string]: string;
+            } | null;
+            /** @description Accepted; completions are not stored for later retrieval. */
+            store?: boolean | null;
+            /** @description Accepted for compatibility; has no effect. */
+            service_tier?: string | null;
+            /** @description Accepted for compatibility; has no effect. */
+            prompt_cache_key?: string | null;
+            /** @description Accepted for compatibility; has no effect. */
+            prompt_cache_retention?: string | null;
+            /** @description Accepted for compatibility; has no effect. */
+            prompt_cache_options?: {
+                [key: string]: unknown;
+            } | null;
+        };
+        Model: {
+            /** @enum {string} */
+            id: "svc-genius" | "svc-hints" | "svc-roast";
+            /** @constant */
+            object: "model";
+            /** @description Fixed: the svc-* models are versioned with the service. */
+            created: number;
+            /** @constant */
+            owned_by: "tollgate";
+            description: string;
+            /** @description The tool the model runs, at its price. */
+            tool: string;
+            /** @description The price in dollars, e.g. $0.02. */
+            cost: string;
+            price_cents: number;
+            /**
+             * @description The lowest plan that may call it.
+             * @enum {string}
+             */
+            tier: "free" | "starter" | "pro" | "enterprise";
+        };
+        ChatCompletion: {
+            /** @description chatcmpl-<job id> */
+            id: string;
+            /** @constant */
+            object: "chat.completion";
+            created: number;
+            model: string;
+            system_fingerprint: null;
+            /** @description Always one choice. */
+            choices: {
+                /** @constant */
+                index: 0;
+                message: {
+                    /** @constant */
+                    role: "assistant";
+                    content: string;
+                    refusal: null;
+                };
+                logprobs: null;
+                /** @enum {string} */
+                finish_reason: "stop" | "length" | "content_filter";
+            }[];
+            /** @description Token usage, when the upstream reported it. */
+            usage?: {
+                prompt_tokens: number;
+                completion_tokens: number;
+                total_tokens: number;
+            };
+            /** @description The call's job id and charge, beside OpenAI's fields. */
+            tollgate: {
+                job_id: string;
+                cost_cents: number;
+                remaining_credits: number | null;
+                /**
+                 * @description Present, true, for sandbox (cv_test_) keys.
+                 * @constant
+                 */
+                sandbox?: true;
+            };
+        };
+        /** @description One `data:` event of a streamed chat completion (stream: true). */
+        ChatCompletionChunk: {
+            /** @description chatcmpl-<job id> */
+            id: string;
+            /** @constant */
+            object: "chat.completion.chunk";
+            created: number;
+            model: string;
+            system_fingerprint: null;
+            choices: {
+                /** @constant */
+                index: 0;
+                delta: {
+                    /** @constant */
+                    role?: "assistant";
+                    content?: string;
+                };
+                logprobs: null;
+                finish_reason: ("stop" | "length" | "content_filter") | null;
+            }[];
+            /** @description With stream_options.include_usage: null on every chunk but the last, which has no choices. */
+            usage?: {
+                prompt_tokens: number;
+                completion_tokens: number;
+                total_tokens: number;
+            } | null;
+            /** @description On the chunk with the finish reason. */
+            tollgate?: {
+                job_id: string;
+                cost_cents: number;
+                remaining_credits: number | null;
+                /**
+                 * @description Present, true, for sandbox (cv_test_) keys.
+                 * @constant
+                 */
+                sandbox?: true;
             };
         };
         Topup: {
@@ -3215,7 +3989,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The Idempotency-Key is in use by a request still running. Codes: idempotency_in_progress, cancelled, job_finished, key_not_active. */
+        /** @description The Idempotency-Key is in use by a request still running. Codes: idempotency_in_progress, payment_identifier_reused, cancelled, job_finished, key_not_active, tool_set_exists, tool_set_in_use. */
         Conflict: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4179,7 +4953,7 @@ export interface operations {
                         /** Format: uuid */
                         key_id: string;
                         /** @enum {string} */
-                        type: "production" | "sub" | "test" | "agent" | "vip";
+                        type: "production" | "sub" | "test" | "agent" | "vip" | "grant";
                         /** @constant */
                         revoked: true;
                         /**
@@ -4194,6 +4968,231 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listToolSets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The account's tool sets, by name. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description By name; at most 50. */
+                        tool_sets: components["schemas"]["ToolSet"][];
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createToolSet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateToolSet"];
+            };
+        };
+        responses: {
+            /** @description The new tool set. */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ToolSet"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getToolSet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A tool set of the account (GET /toolsets lists them). */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tool set. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ToolSet"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    replaceToolSet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A tool set of the account (GET /toolsets lists them). */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReplaceToolSet"];
+            };
+        };
+        responses: {
+            /** @description The tool set as it is now. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ToolSet"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteToolSet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A tool set of the account (GET /toolsets lists them). */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        name: string;
+                        /** @constant */
+                        deleted: true;
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    setKeyToolSet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A key id (GET /keys lists them). */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SetKeyToolSet"];
+            };
+        };
+        responses: {
+            /** @description The key's default set now. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        key_id: string;
+                        tool_set: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -4224,7 +5223,14 @@ export interface operations {
     };
     mcp: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Comma-separated tool names: only these are listed and callable on this connection. */
+                tools?: string;
+                /** @description Comma-separated families (core, web, llm, edge, text, math, media): only their tools. */
+                families?: string;
+                /** @description One of the account's tool sets by name (GET /toolsets). */
+                set?: string;
+            };
             header?: {
                 /** @description Any 1-255 printable characters. The same key and body within 24 h answers with the first response (Idempotent-Replayed: true) and runs nothing. */
                 "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
@@ -4265,14 +5271,14 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Parse error (-32700: not JSON, not JSON-RPC), invalid request (-32600: nested too deep, U+0000 or an unpaired surrogate in a string, a batch too large, two tools/calls in one request) or an unsupported Mcp-Protocol-Version (-32000). */
+            /** @description invalid_input (Error): the query names an unknown tool, family or tool set. Parse error (-32700: not JSON, not JSON-RPC), invalid request (-32600: nested too deep, U+0000 or an unpaired surrogate in a string, a batch too large, two tools/calls in one request) or an unsupported Mcp-Protocol-Version (-32000). */
             400: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["JsonRpcError"];
+                    "application/json": components["schemas"]["Error"] | components["schemas"]["JsonRpcError"];
                 };
             };
             401: components["responses"]["Unauthorized"];
@@ -4323,6 +5329,135 @@ export interface operations {
         responses: {
             403: components["responses"]["Forbidden"];
             /** @description method_not_allowed: POST JSON-RPC messages to /mcp (Allow: POST). */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+        };
+    };
+    mcpX402Stream: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            403: components["responses"]["Forbidden"];
+            /** @description method_not_allowed: POST JSON-RPC messages to /mcp/x402 (Allow: POST). */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+        };
+    };
+    mcpX402: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Any 1-255 printable characters. The same key and body within 24 h answers with the first response (Idempotent-Replayed: true) and runs nothing. */
+                "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
+                /** @description The caller's edge-network (Cloudflare) API token for cf_* tools; never stored. */
+                "X-Edge-Token"?: components["parameters"]["X-Edge-Token"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["JsonRpc"];
+            };
+        };
+        responses: {
+            /** @description The JSON-RPC answer (or batch of answers); Server-Sent Events when a tools/call asks for progress. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JsonRpc"];
+                    "text/event-stream": string;
+                };
+            };
+            /** @description Only notifications or answers were sent: accepted, nothing to answer. */
+            202: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description An Authorization header (Error: invalid_input), or a JSON-RPC parse error, invalid request (nested too deep, bad characters, a batch too large, two tools/calls in one request) or unsupported Mcp-Protocol-Version (JsonRpcError). */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"] | components["schemas"]["JsonRpcError"];
+                };
+            };
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            /** @description Accept must list both application/json and text/event-stream. */
+            406: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JsonRpcError"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            /** @description The body must be application/json. */
+            415: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"] | components["schemas"]["JsonRpcError"];
+                };
+            };
+            /** @description Something went wrong on our side: before the MCP transport (Error) or in it (JsonRpcError -32603). */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"] | components["schemas"]["JsonRpcError"];
+                };
+            };
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    mcpX402EndSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            403: components["responses"]["Forbidden"];
+            /** @description method_not_allowed: POST JSON-RPC messages to /mcp/x402 (Allow: POST). */
             405: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4396,7 +5531,7 @@ export interface operations {
                     "application/json": components["schemas"]["OpenAiError"];
                 };
             };
-            /** @description A dependency or the model upstream is unavailable; nothing was charged. In OpenAI's error shape. */
+            /** @description A dependency or the model upstream is unavailable, or no upstream is configured; nothing was charged. In OpenAI's error shape. */
             503: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4488,7 +5623,7 @@ export interface operations {
                     "application/json": components["schemas"]["OpenAiError"];
                 };
             };
-            /** @description A dependency or the model upstream is unavailable; nothing was charged. In OpenAI's error shape. */
+            /** @description A dependency or the model upstream is unavailable, or no upstream is configured; nothing was charged. In OpenAI's error shape. */
             503: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4533,7 +5668,7 @@ export interface operations {
                     "text/event-stream": string;
                 };
             };
-            /** @description The body or parameters are invalid (`param` names the field; issues lists them). In OpenAI's error shape. */
+            /** @description The body or parameters are invalid, or ask for something these models do not do (`param` names the field). In OpenAI's error shape. */
             400: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4658,7 +5793,187 @@ export interface operations {
                     "application/json": components["schemas"]["OpenAiError"];
                 };
             };
-            /** @description A dependency or the model upstream is unavailable; nothing was charged. In OpenAI's error shape. */
+            /** @description A dependency or the model upstream is unavailable, or no upstream is configured; nothing was charged. In OpenAI's error shape. */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description The call took too long. In OpenAI's error shape. */
+            504: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+        };
+    };
+    createResponse: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Any 1-255 printable characters. The same key and body within 24 h answers with the first response (Idempotent-Replayed: true) and runs nothing. */
+                "Idempotency-Key"?: components["parameters"]["Idempotency-Key"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateResponseRequest"];
+            };
+        };
+        responses: {
+            /** @description A response object, or its events with stream: true. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    "X-Job-Id": components["headers"]["X-Job-Id"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResponseObject"];
+                    "text/event-stream": string;
+                };
+            };
+            /** @description The body or parameters are invalid, or ask for something these models do not do (`param` names the field). In OpenAI's error shape. */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description No key, a malformed key or an unknown or revoked key. In OpenAI's error shape. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description insufficient_credits, or monthly_limit_exceeded for a sub-key. In OpenAI's error shape. */
+            402: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description plan_required (the model is above your plan) or tool_not_allowed (a sub-key without it). In OpenAI's error shape. */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description tool_not_found: no such model (param: model). In OpenAI's error shape. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description idempotency_in_progress (the first request with this Idempotency-Key is still running), or cancelled (its job was cancelled). In OpenAI's error shape. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description The body is over BODY_LIMIT. In OpenAI's error shape. */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description Send the body as application/json. In OpenAI's error shape. */
+            415: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description The model failed or passed a limit (tool_failed, limit_exceeded), or the Idempotency-Key was reused with another body. In OpenAI's error shape. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description Rate or concurrency limit reached. In OpenAI's error shape. */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description Something went wrong on our side. In OpenAI's error shape. */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description The language model upstream failed. In OpenAI's error shape. */
+            502: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description A dependency or the model upstream is unavailable, or no upstream is configured; nothing was charged. In OpenAI's error shape. */
             503: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4855,6 +6170,496 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    protectedResourceMetadata: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The metadata. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProtectedResourceMetadata"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    protectedResourceMetadataMcp: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The metadata. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProtectedResourceMetadata"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    authorizationServerMetadata: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The metadata. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthorizationServerMetadata"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    registerOAuthClient: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OAuthClientRegistration"];
+            };
+        };
+        responses: {
+            /** @description Registered. */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthRegisteredClient"];
+                };
+            };
+            /** @description invalid_redirect_uri or invalid_client_metadata. */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthError"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    authorize: {
+        parameters: {
+            query?: {
+                response_type?: string;
+                client_id?: string;
+                redirect_uri?: string;
+                code_challenge?: string;
+                code_challenge_method?: string;
+                state?: string;
+                scope?: string;
+                resource?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sign-in or consent page. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description Back to the client with ?error= (and state, iss). */
+            303: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The client or its redirect_uri is not valid: nothing is sent back to it. */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    oauthSignIn: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description Signed in: on to the consent page. */
+            303: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The key does not work: the page again, saying why. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createSignInLink: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The link (shown once). */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignInLink"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    signInLinkPage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                link: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page with a Sign in button. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    oauthSignInWithLink: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description Signed in, but this browser has no pending request: go back to the app. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description Signed in: on to the consent page of the request this browser started. */
+            303: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The link is used, expired or wrong. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    consentPage: {
+        parameters: {
+            query?: {
+                request?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Which tools, and the monthly cap. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description The request expired. */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    oauthConsent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description Back to the client with ?code= (or ?error=), state and iss. */
+            303: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The form again, saying what to fix. */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    oauthToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": {
+                    /** @enum {string} */
+                    grant_type: "authorization_code" | "refresh_token";
+                    code?: string;
+                    code_verifier?: string;
+                    redirect_uri?: string;
+                    refresh_token?: string;
+                    /** @description RFC 8707: must be this service’s /mcp URL. */
+                    resource?: string;
+                    client_id?: string;
+                    client_secret?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Tokens (Cache-Control: no-store). */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthTokens"];
+                };
+            };
+            /** @description invalid_request, invalid_grant, invalid_target, unsupported_grant_type. */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthError"];
+                };
+            };
+            /** @description invalid_client. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthError"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    oauthRevoke: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": {
+                    token: string;
+                    token_type_hint?: string;
+                    client_id?: string;
+                    client_secret?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Revoked (or nothing to revoke). */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid_request. */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthError"];
+                };
+            };
+            /** @description invalid_client. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthError"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
