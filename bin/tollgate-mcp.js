@@ -42,6 +42,15 @@ try {
   say(`TOLLGATE_URL is not a URL: ${process.env.TOLLGATE_URL}`);
   process.exit(1);
 }
+// The host's narrowing of /mcp (?tools=, ?families=, ?set=): fewer tools in the agent's context.
+for (const [variable, param] of [
+  ['TOLLGATE_TOOLS', 'tools'],
+  ['TOLLGATE_FAMILIES', 'families'],
+  ['TOLLGATE_SET', 'set'],
+]) {
+  const value = process.env[variable]?.trim();
+  if (value) endpoint.searchParams.set(param, value);
+}
 /** @type {Record<string, string>} */
 const headers = { authorization: `Bearer ${apiKey}` };
 const edgeToken = process.env.TOLLGATE_EDGE_TOKEN?.trim();

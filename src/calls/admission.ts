@@ -59,7 +59,8 @@ export function authorizeTool(caller: Caller, tool: AnyTool): void {
     });
   }
   if (caller.subKey && !caller.subKey.allowedTools.includes(tool.name)) {
-    throw new AppError('tool_not_allowed', `This sub-key may not call ${tool.name}`, { allowed_tools: caller.subKey.allowedTools });
+    const who = caller.keyType === 'grant' ? 'This OAuth grant' : 'This sub-key';
+    throw new AppError('tool_not_allowed', `${who} may not call ${tool.name}`, { allowed_tools: caller.subKey.allowedTools });
   }
   assertInKeyToolSet(caller.toolSet, tool.name);
 }

@@ -9,6 +9,7 @@ import { Client as ClientV2, StreamableHTTPClientTransport as TransportV2, Unaut
 import { json, startHarness, type Harness, type TestAccount } from '../helpers/harness.js';
 import { MemoryProvider, consentInBrowser, startRedirectTarget, type Redirects } from '../helpers/mcp-oauth-client.js';
 import { getTool } from '../../src/tools/index.js';
+import { generateKey, hashKey } from '../../src/access/key-format.js';
 import { sql } from '../../src/db/pool.js';
 import { z } from 'zod';
 import { SCENARIOS, passed, runScenario, startKeyProxy } from '../../scripts/conformance.js';
@@ -32,7 +33,7 @@ let base: string;
 let mcpUrl: URL;
 
 beforeAll(async () => {
-  h = await startHarness({}, { workers: ['core'] });
+  h = await startHarness({ OAUTH_REGISTRATIONS_PER_HOUR: '40' }, { workers: ['core'] });
   const address = await h.app.listen({ port: 0, host: '127.0.0.1' });
   base = address.replace('localhost', '127.0.0.1');
   mcpUrl = new URL('/mcp', base);
@@ -203,6 +204,21 @@ describe('tokens bound to /mcp, and the attacks on the flow', () => {
     expect(json<{ error: { message: string } }>(rest).error.message).toMatch(/\/mcp only/);
     const balance = await h.request({ method: 'GET', url: '/balance', headers: { authorization: `Bearer ${token}` } });
     expect(balance.statusCode).toBe(401);
+
+    // A token of the same grant minted for another resource (as another authorization server sharing
+    // this store would): /mcp refuses it.
+    const foreign = generateKey('grant').key;
+    const grant = await grantOf(acct.accountId);
+    await h.container.pool.query(sql.unsafe`
+      INSERT INTO oauth_tokens (token_hash, kind, grant_key_id, client_id, resource, scope, expires_at)
+      VALUES (${hashKey(foreign)}, 'access', ${grant.id}, ${provider.info!.client_id}, 'https://other.example/mcp', 'mcp', now() + interval '1 hour')`);
+    const elsewhere = await fetch(mcpUrl, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${foreign}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+    });
+    expect(elsewhere.status).toBe(401);
+    expect(((await elsewhere.json()) as { error: { message: string } }).error.message).toMatch(/other\.example\/mcp only/);
 
     // Authorization for another resource is refused back to the client (invalid_target).
     const { challenge } = pkce();
@@ -434,4 +450,24 @@ describe('the MCP conformance suite (@modelcontextprotocol/conformance 0.1.13, t
       await proxy.close();
     }
   }, 120_000);
+});
+
+describe('registration is throttled per address', () => {
+  it('past OAUTH_REGISTRATIONS_PER_HOUR an address gets 429 with Retry-After, and nothing is stored', async () => {
+    const count = async () => h.container.pool.oneFirst(sql.type(z.object({ n: z.number() }))`SELECT count(*)::int AS n FROM oauth_clients`);
+    let refused: Response | undefined;
+    for (let i = 0; i < 41 && !refused; i++) {
+      const res = await registerClient({ redirect_uris: [redirects.url], token_endpoint_auth_method: 'none' });
+      if (res.status === 429) refused = res;
+      else expect(res.status).toBe(201);
+    }
+    expect(refused, 'no 429 within the limit').toBeDefined();
+    // The window's real remainder, at most an hour.
+    const retryAfter = Number(refused!.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThan(0);
+    expect(retryAfter).toBeLessThanOrEqual(3600);
+    const before = await count();
+    expect((await registerClient({ redirect_uris: [redirects.url] })).status).toBe(429);
+    expect(await count()).toBe(before);
+  });
 });

@@ -61,6 +61,13 @@ describe('the stdio relay (bin/tollgate-mcp.js)', () => {
     expect(tools.find((t) => t.name === 'hints')?.inputSchema).toMatchObject({ type: 'object', required: ['problem'] });
   });
 
+  it('narrows the list as /mcp does with TOLLGATE_FAMILIES and TOLLGATE_TOOLS', async () => {
+    const acct = await h.account('pro', 0);
+    const client = await relay({ TOLLGATE_API_KEY: acct.apiKey, TOLLGATE_URL: baseUrl, TOLLGATE_FAMILIES: 'core', TOLLGATE_TOOLS: 'compute,page_fetch' });
+    // Both narrow: the intersection.
+    expect((await client.listTools()).tools.map((t) => t.name)).toEqual(['compute']);
+  });
+
   it('relays tools/call end to end: the service runs and charges the call', async () => {
     const acct = await h.account('pro', 50);
     const client = await relay({ TOLLGATE_API_KEY: acct.apiKey, TOLLGATE_URL: `${baseUrl}/` });

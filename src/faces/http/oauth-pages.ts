@@ -3,9 +3,7 @@
  * plain messages. Server-rendered HTML that works without JavaScript; every value is escaped.
  */
 
-export function escapeHtml(s: string): string {
-  return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
-}
+import { escapeHtml } from './browser-pages.js';
 
 /** Pages are never framed (clickjacking) and run no script; forms post to this service only. */
 export const PAGE_HEADERS = {

@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { AppError, isAppError } from '../../errors.js';
+import { isAppError } from '../../errors.js';
 import { KeyAuthenticator } from '../../access/auth.js';
 import { requireKeyOwner } from '../../access/keys.js';
 import {
@@ -18,6 +18,7 @@ import { createResolver } from '../../tools/web/resolver.js';
 import { TOOLS, dollars } from '../../tools/index.js';
 import { planRank } from '../../tools/types.js';
 import { baseUrl } from './meta.js';
+import { throttlePerAddress } from './browser-pages.js';
 import { RATE_LIMIT } from './openapi-components.js';
 import { empty, errors, media, named, ok, type RouteSchema } from './route-schema.js';
 import { PAGE_HEADERS, consentPage, linkPage, messagePage, signInPage, type ClientView } from './oauth-pages.js';
@@ -360,16 +361,12 @@ export async function oauthRoutes(app: FastifyInstance): Promise<void> {
       } satisfies RouteSchema,
     },
     async (req, reply) => {
-      const hits = await redis.incr(`${config.REDIS_PREFIX}:oauth:register:${req.ip}`);
-      if (hits === 1) await redis.expire(`${config.REDIS_PREFIX}:oauth:register:${req.ip}`, 3600);
-      if (hits > config.OAUTH_REGISTRATIONS_PER_HOUR) {
-        throw new AppError(
-          'rate_limited',
-          `At most ${config.OAUTH_REGISTRATIONS_PER_HOUR} client registrations an hour from one address`,
-          {},
-          { headers: { 'retry-after': '3600' } },
-        );
-      }
+      await throttlePerAddress(redis, config.REDIS_PREFIX, req, {
+        what: 'oauth-register',
+        limit: config.OAUTH_REGISTRATIONS_PER_HOUR,
+        windowSeconds: 3600,
+        says: `At most ${config.OAUTH_REGISTRATIONS_PER_HOUR} client registrations an hour from one address`,
+      });
       try {
         const { client, secret, metadata, issuedAt } = await oauth.register(req.body);
         return reply

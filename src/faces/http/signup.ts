@@ -6,6 +6,7 @@ import { PLAN_RPM } from '../../access/rate-limit.js';
 import { PLANS, type Plan } from '../../tools/types.js';
 import { findPartnerByCode, PartnerCode } from '../../money/partners.js';
 import { baseUrl } from './meta.js';
+import { escapeHtml, throttlePerAddress } from './browser-pages.js';
 import { errors, input, named, ok, type RouteSchema } from './route-schema.js';
 
 /**
@@ -66,36 +67,17 @@ const SubscribePageSchema = named(
   }),
 );
 
-function escapeHtml(s: string): string {
-  return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
-}
-
 function wantsJson(req: FastifyRequest): boolean {
   const accept = String(req.headers.accept ?? '');
   return /application\/json/i.test(accept) && !/text\/html/i.test(accept.split(',')[0] ?? '');
 }
 
-// Fixed window per client address in Redis (INCR, expiry set on the first hit): simple and shared by
-// every replica. KEYS: counter  ARGV: window seconds. Returns {count, ttl seconds}.
-const HIT = `
-local n = redis.call('INCR', KEYS[1])
-if n == 1 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1])) end
-local ttl = redis.call('TTL', KEYS[1])
-if ttl < 0 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1])); ttl = tonumber(ARGV[1]) end
-return {n, ttl}
-`;
-
 export async function signupRoutes(app: FastifyInstance): Promise<void> {
   const { config, pool, redis, accounts, credits } = app.container;
   const admin = new AdminService({ accounts, credits, redis, prefix: config.REDIS_PREFIX, pool, sharePct: config.PARTNER_SHARE_PCT });
 
-  /** Counts one request of `what` from the client's address; past `limit` in the window, the 429 (with Retry-After). */
-  async function throttle(req: FastifyRequest, what: 'signup' | 'subscribe', limit: number, windowSeconds: number, says: string): Promise<void> {
-    const [count, ttl] = (await redis.eval(HIT, 1, `${config.REDIS_PREFIX}:${what}:${req.ip ?? 'unknown'}`, windowSeconds)) as [number, number];
-    if (count > limit) {
-      throw new AppError('rate_limited', `${says}; retry in ${ttl} s`, { retry_after: ttl, limit }, { headers: { 'retry-after': String(ttl) } });
-    }
-  }
+  const throttle = (req: FastifyRequest, what: 'signup' | 'subscribe', limit: number, windowSeconds: number, says: string) =>
+    throttlePerAddress(redis, config.REDIS_PREFIX, req, { what, limit, windowSeconds, says });
 
   app.get(
     '/subscribe',

@@ -115,7 +115,7 @@ const INVENTORY: Entry[] = [
   { file: 'src/queue/heartbeat.ts', kind: 'pipeline', name: 'leave the families', keys: () => FAMILIES.map((f) => familyKey(prefix, f)) },
   // Job hashes of the queues, all under the queues' one tag.
   { file: 'src/queue/queues.ts', kind: 'pipeline', name: 'job timestamps', keys: (s) => FAMILIES.map((f) => `${queuePrefix(prefix)}:${f}:${f}-${s.payer}`) },
-  { file: 'src/faces/http/signup.ts', kind: 'eval', name: 'sign-ups per address', keys: () => [`${prefix}:signup:127.0.0.1`] },
+  { file: 'src/faces/http/browser-pages.ts', kind: 'eval', name: 'requests per address', keys: () => [`${prefix}:signup:127.0.0.1`] },
   // An account's outstanding webhook deliveries: one sorted set (take a place, bind it to its job).
   { file: 'src/calls/webhooks.ts', kind: 'eval', name: 'take a pending-delivery place', keys: (s) => [pendingDeliveries.key(s.account)] },
   { file: 'src/calls/webhooks.ts', kind: 'eval', name: 'bind a place to its job', keys: (s) => [pendingDeliveries.key(s.account)] },
