@@ -154,20 +154,25 @@ describe('the MCP SDK OAuth client, dynamic registration, consent in Chromium', 
     expect(refreshed.status).toBe(200);
     const pair = (await refreshed.json()) as { access_token: string; refresh_token: string };
     expect(pair.refresh_token).not.toBe(old.refresh_token);
-    provider.saveTokens({ ...old, ...pair });
+    // The SDK's own refresh: an access token the service does not know (as an expired one) makes it
+    // refresh with the stored refresh token and retry.
+    provider.saveTokens({ ...old, ...pair, access_token: generateKey('grant').key });
     const afterRefresh = await connectWithOAuth(provider);
     expect((await afterRefresh.client.listTools()).tools).toHaveLength(2);
+    const latest = provider.saved!;
+    expect(latest.refresh_token).not.toBe(pair.refresh_token);
+    await afterRefresh.client.close();
 
     // Revocation: the next request is a 401.
     const revoked = await fetch(`${base}/oauth/revoke`, {
       method: 'POST',
       headers: { 'content-type': 'application/x-www-form-urlencoded' },
-      body: new URLSearchParams({ token: pair.refresh_token, client_id: provider.info!.client_id }),
+      body: new URLSearchParams({ token: latest.refresh_token!, client_id: provider.info!.client_id }),
     });
     expect(revoked.status).toBe(200);
     const res = await fetch(mcpUrl, {
       method: 'POST',
-      headers: { authorization: `Bearer ${pair.access_token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      headers: { authorization: `Bearer ${latest.access_token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
     });
     expect(res.status).toBe(401);
@@ -175,7 +180,8 @@ describe('the MCP SDK OAuth client, dynamic registration, consent in Chromium', 
     await client.close();
     // Keys and tokens never reach a log line.
     const logs = h.logs.join('\n');
-    for (const secret of [acct.apiKey, old.access_token, old.refresh_token!, pair.access_token, pair.refresh_token]) expect(logs).not.toContain(secret);
+    for (const secret of [acct.apiKey, old.access_token, old.refresh_token!, pair.access_token, pair.refresh_token, latest.access_token, latest.refresh_token!])
+      expect(logs).not.toContain(secret);
   });
 });
 
