@@ -110,6 +110,10 @@ export const ConfigSchema = z
     SETTLE_BATCH_MS: int(0, 0, 1000).describe('Extra wait before a settlement write to gather more completions (0: group commit only).'),
     SETTLE_BATCH_MAX: int(500, 1, 10_000).describe('Most completions settled in one settlement write.'),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('pino log level.'),
+    LOG_FORMAT: z
+      .enum(['auto', 'json', 'pretty'])
+      .default('auto')
+      .describe('`auto`: readable lines when stdout is a terminal outside production, JSON otherwise; `json`; `pretty` (never in production).'),
     METRICS_PORT: int(0, 0, 65535).describe(
       "A Prometheus listener of the process's own (GET /metrics), in workers and the API alike, meant to stay off the public network; 0 = none. The API also serves GET /metrics on PORT (see METRICS_TOKEN).",
     ),
