@@ -1,12 +1,10 @@
-import { existsSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
+import { launchChromium } from '../helpers/browser.js';
 import { startHarness, json, type Harness } from '../helpers/harness.js';
 import { FAMILIES } from '../../src/config.js';
 
-// Debian's chromium, never a downloaded browser. CI (.ci/run) installs it; missing, these tests fail.
-const CHROMIUM = '/usr/bin/chromium';
 const TOKEN = 'dashboard-test-token-3f9a1c';
 const QUEUES = FAMILIES.map((f) => `tools-${f}`);
 
@@ -21,20 +19,7 @@ describe('queue dashboard at /admin/queues with ADMIN_TOKEN', () => {
     h = await startHarness({ ADMIN_TOKEN: TOKEN }, { workers: [] });
     await h.app.listen({ port: 0, host: '127.0.0.1' });
     base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
-    if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: install Debian's chromium (apt-get install chromium; .ci/run does)`);
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
+    browser = await launchChromium();
   });
 
   afterAll(async () => {

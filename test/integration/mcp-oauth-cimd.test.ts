@@ -7,7 +7,8 @@ import https from 'node:https';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
+import { launchChromium } from '../helpers/browser.js';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
@@ -24,7 +25,6 @@ import { until } from '../helpers/wait.js';
  */
 
 const repo = fileURLToPath(new URL('../..', import.meta.url));
-const CHROMIUM = '/usr/bin/chromium';
 
 let h: Harness;
 let dir: string;
@@ -94,7 +94,7 @@ beforeAll(async () => {
     async () => (await fetch(`${base}/.well-known/oauth-authorization-server`).catch(() => null))?.ok === true,
     30_000,
   );
-  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run'] });
+  browser = await launchChromium();
 }, 60_000);
 
 afterAll(async () => {
