@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { Container } from './container.js';
 import { registerFaces } from './faces/index.js';
 import { connectionOptions, installConnectionLimits } from './faces/http/plugins/connections.js';
 import { AuthFailureThrottle, type KeyCaller } from './access/auth.js';
 import { rateLimitHeaders, type DeferredHit } from './access/rate-limit.js';
+import { logRequest, logRequests } from './faces/http/plugins/request-log.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -38,6 +39,8 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
   // Typed as the default instance: the pino logger passed in is a FastifyBaseLogger at heart.
   const app: FastifyInstance = Fastify({
     ...(opts.logger ? { loggerInstance: opts.logger } : { logger: false }),
+    // Fastify's own two lines per request (incoming, completed) are replaced by one (`logRequests`).
+    logController: new LogController({ disableRequestLogging: true }),
     ...connectionOptions(config),
     bodyLimit: config.BODY_LIMIT,
     genReqId: (req) => {
@@ -70,12 +73,14 @@ export async function buildApp(container: Container, opts: AppOptions = {}): Pro
   app.addHook('onSend', async (req, reply) => {
     reply.header('x-request-id', req.id);
   });
-  // Requests and their times by route pattern (never the raw URL), for GET /metrics.
+  // Requests and their times by route pattern (never the raw URL), for GET /metrics, and one log line each.
   const { metrics } = container;
+  logRequests(app);
   app.addHook('onResponse', async (req, reply) => {
     const route = req.routeOptions.url ?? '(unmatched)';
     metrics.httpRequests.inc({ route, method: req.method, status: String(reply.statusCode) });
     metrics.httpDuration.observe({ route, method: req.method }, reply.elapsedTime / 1000);
+    logRequest(req, reply, route);
   });
   await registerFaces(app);
   return app;

@@ -1,4 +1,5 @@
-import pino, { type Logger } from 'pino';
+import { createRequire } from 'node:module';
+import pino, { type DestinationStream, type Logger } from 'pino';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { ensureDatabase, openPool, redactUrl, sql } from './db/pool.js';
 import { migrate } from './db/migrate.js';
@@ -7,24 +8,51 @@ import { connectRedis, parseClusterUrl } from './queue/redis.js';
 import { checkMemoryPolicy } from './queue/memory-policy.js';
 import { EmbeddedError, isProduction, localSealingKeys, missingInProduction, productionRefusal, startEmbedded, stopEmbedded } from './ops/embedded.js';
 
+/** What is never written to a log line, even if someone logs a whole request. */
+const REDACT = {
+  paths: [
+    'req.headers.authorization',
+    'req.headers["x-edge-token"]',
+    'req.headers["x-payment"]',
+    'req.headers["payment-signature"]',
+    '*.edge_token',
+    '*.edgeToken',
+    'edge_token',
+    'edgeToken',
+  ],
+  censor: '[redacted]',
+};
+
+/**
+ * Whether log lines are written for people (pino-pretty) rather than as JSON. `auto` means a terminal
+ * on stdout outside production; production always writes JSON, whatever LOG_FORMAT says.
+ */
+export function prettyLogs(format: Config['LOG_FORMAT'], env: NodeJS.ProcessEnv = process.env, tty = !!process.stdout.isTTY): boolean {
+  if (isProduction(env)) return false;
+  return format === 'pretty' || (format === 'auto' && tty);
+}
+
+/** pino-pretty is a development dependency: a production install does not have it. */
+function prettyStream(): DestinationStream | null {
+  try {
+    const pretty = createRequire(import.meta.url)('pino-pretty') as (o: object) => DestinationStream;
+    // In this thread and synchronous: a line is on the terminal before the process can exit.
+    return pretty({ sync: true, colorize: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' });
+  } catch {
+    return null;
+  }
+}
+
 export function makeLogger(config: Config): Logger {
-  return pino({
-    level: config.LOG_LEVEL,
-    // Belt and braces: these never reach a log line even if someone logs a whole request.
-    redact: {
-      paths: [
-        'req.headers.authorization',
-        'req.headers["x-edge-token"]',
-        'req.headers["x-payment"]',
-        'req.headers["payment-signature"]',
-        '*.edge_token',
-        '*.edgeToken',
-        'edge_token',
-        'edgeToken',
-      ],
-      censor: '[redacted]',
-    },
-  });
+  const options = { level: config.LOG_LEVEL, redact: REDACT };
+  const stream = prettyLogs(config.LOG_FORMAT) ? prettyStream() : null;
+  if (stream) return pino(options, stream);
+  const log = pino(options);
+  if (config.LOG_FORMAT === 'pretty') {
+    const why = isProduction() ? 'production writes JSON' : 'pino-pretty is not installed (npm install --include=dev)';
+    log.warn(`LOG_FORMAT=pretty ignored: ${why}`);
+  }
+  return log;
 }
 
 /** Prints one line and exits: the way start-up failures reach an operator. */

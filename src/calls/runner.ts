@@ -236,8 +236,17 @@ export class ToolRunner {
     }
   }
 
+  /**
+   * Ends a job that is not run (a chain step after one that failed by its caller's doing) as failed
+   * with `err`: recorded so GET /jobs/{id} says why, not charged, its hold given back.
+   */
+  async endUnrun(data: CallJobData, job: Pick<JobRun, 'id' | 'createdAt'>, err: AppError): Promise<void> {
+    if (data.accountId !== null && data.payer === null) await this.recordFailure(data, job, err);
+    await this.releaseHold(data, job.id);
+  }
+
   /** The fields every settlement of this job shares. */
-  private settlement(data: CallJobData, job: JobRun, status: Settlement['status']): Omit<Settlement, 'amount' | 'costCents' | 'result' | 'usage'> {
+  private settlement(data: CallJobData, job: Pick<JobRun, 'id' | 'createdAt'>, status: Settlement['status']): Omit<Settlement, 'amount' | 'costCents' | 'result' | 'usage'> {
     return {
       jobId: job.id,
       accountId: data.accountId!,
@@ -256,7 +265,7 @@ export class ToolRunner {
    * Stores a final failure (best effort: a failure to store it only costs GET /jobs its record).
    * Returns the job's completed outcome when it turns out to have one.
    */
-  private async recordFailure(data: CallJobData, job: JobRun, err: AppError): Promise<StoredOutcome | null> {
+  private async recordFailure(data: CallJobData, job: Pick<JobRun, 'id' | 'createdAt'>, err: AppError): Promise<StoredOutcome | null> {
     try {
       const out = await this.deps.settler.settle({ ...this.settlement(data, job, 'failed'), amount: 0, costCents: 0, result: err.toJSON(), usage: null });
       if (out.prior?.status === 'completed') return out.prior;
@@ -311,8 +320,10 @@ export class ToolRunner {
       const msg = redactToken(e.message, edgeToken);
       return msg === e.message ? e : new AppError(e.code, msg, e.details, { retryable: e.retryable });
     }
+    // A fault: logged with its stack (where the bug is), the edge token redacted from both.
     const message = redactToken(e instanceof Error ? e.message : String(e), edgeToken);
-    this.deps.log.error({ err: { message, name: (e as Error)?.name } }, 'tool failed unexpectedly');
+    const stack = e instanceof Error && e.stack ? redactToken(e.stack, edgeToken) : undefined;
+    this.deps.log.error({ err: { type: (e as Error)?.name, message, stack } }, 'tool failed unexpectedly');
     // Unexpected faults may be transient (a dropped connection): retry, and report no internals.
     return new AppError('internal_error', 'The tool failed unexpectedly', {}, { retryable: true });
   }

@@ -1,9 +1,10 @@
 import { DelayedError, Queue, UnrecoverableError, Worker, type Job } from 'bullmq';
+import { AppError } from '../errors.js';
 import type { Logger } from 'pino';
 import { concurrencyFor, type Config, type Family } from '../config.js';
 import { JobFailure, type JobRun, type ToolRunner } from './runner.js';
 import { JOB_CANCELLED, cancelChannel, cancelKey, type CallJobData, type CallResult } from '../queue/call-job.js';
-import { encodeFailure } from '../queue/failure.js';
+import { encodeFailure, failedReturn, isCallersFailure, returnedFailure, type FailedReturn } from '../queue/failure.js';
 import { queueName } from '../queue/queues.js';
 import { connectRedis, type Redis } from '../queue/redis.js';
 import { queuePrefix } from '../queue/keyspace.js';
@@ -16,6 +17,9 @@ import { WorkerHeartbeat } from '../queue/heartbeat.js';
 import { findTool } from '../tools/index.js';
 import type { Metrics } from '../ops/metrics.js';
 import { isResultRef, refFor, type JobReturn, type ResultRefs } from '../queue/result-refs.js';
+
+/** What a job returns to BullMQ: its answer (or a reference to it), or a caller's failure. */
+type Ending = JobReturn | FailedReturn;
 
 /** Reason given to a finished job's signal; one shared object, so no DOMException per job. */
 const JOB_FINISHED = new Error('job finished');
@@ -134,7 +138,7 @@ export class WorkerPool {
     for (const family of this.families) {
       const concurrency = concurrencyFor(config, family);
       const fair = new FairShare(Math.max(1, Math.floor(concurrency * config.FAIR_SHARE)), concurrency);
-      const worker = new Worker<CallJobData, JobReturn>(queueName(family), (job, token) => this.fairly(fair, job, token), {
+      const worker = new Worker<CallJobData, Ending>(queueName(family), (job, token) => this.fairly(fair, job, token), {
         connection: connectRedis(config.REDIS_URL),
         prefix: queuePrefix(config.REDIS_PREFIX),
         concurrency,
@@ -157,7 +161,7 @@ export class WorkerPool {
   }
 
   /** Runs the job if its owner is within its fair share of this family's workers, else offers it later. */
-  private async fairly(fair: FairShare, job: Job<CallJobData, JobReturn>, token: string | undefined): Promise<JobReturn> {
+  private async fairly(fair: FairShare, job: Job<CallJobData, Ending>, token: string | undefined): Promise<Ending> {
     const owner = job.name === PARALLEL_ROOT_JOB ? null : slotOwner(job.data);
     if (!owner) return this.process(job);
     if (!fair.tryStart(owner, job.id!)) {
@@ -171,7 +175,7 @@ export class WorkerPool {
     }
   }
 
-  private async process(job: Job<CallJobData, JobReturn>): Promise<JobReturn> {
+  private async process(job: Job<CallJobData, Ending>): Promise<Ending> {
     // A parallel request's root only gathers its children, which have all finished by now; the API
     // reads their outcomes (src/calls/protocol.ts). Nothing runs and nothing is charged.
     if (job.name === PARALLEL_ROOT_JOB) return { result: null, cost_cents: 0, remaining_credits: null };
@@ -185,6 +189,11 @@ export class WorkerPool {
     const m = this.deps.metrics;
     const labels = { tool: job.data.tool, family: findTool(job.data.tool)?.family ?? 'unknown' };
     const started = performance.now();
+    // A chain step after one that failed by its caller's doing (which completed) never runs.
+    if (job.data.qFromPrevious) {
+      const before = await this.previousFailure(job);
+      if (before) return this.notRun(job, before);
+    }
     this.running.set(job.id!, abort);
     if (m && job.attemptsMade === 0 && job.processedOn)
       m.queueWaitSeconds.observe({ family: labels.family }, Math.max(0, job.processedOn - job.timestamp) / 1000);
@@ -211,9 +220,9 @@ export class WorkerPool {
           await this.deps.onProgress?.(job.id!, p);
         },
         previousOutput: async () => {
-          const values = await job.getChildrenValues<JobReturn>();
+          const values = await job.getChildrenValues<Ending>();
           const [key, first] = Object.entries(values)[0] ?? [];
-          if (!isResultRef(first)) return first?.result;
+          if (!isResultRef(first)) return (first as CallResult | undefined)?.result;
           // The previous step's answer was large: job_results (or its record) holds it. Keys read `<prefix>:<queue>:<id>`.
           if (!this.deps.refs) throw new Error("a chain step needs refs to read the previous step's stored answer");
           return (await this.deps.refs.resolve(key!.slice(key!.lastIndexOf(':') + 1), first)).result;
@@ -241,6 +250,8 @@ export class WorkerPool {
         if (job.data.eventLog) await logEvent({ type: 'step', job: job.id!, outcome: 'failed', error: e.error.toJSON() });
         // A failed job keeps its error, not the caller's input (retries, which need it, are over).
         if (!ephemeral) await dropJobInput(job, this.deps.log);
+        // The caller's failure completes the job; only faults fail it (src/queue/failure.ts).
+        if (isCallersFailure(e.error)) return failedReturn(e.error);
         throw new UnrecoverableError(encodeFailure(e.error));
       }
       throw new Error(encodeFailure(e.error));
@@ -250,13 +261,38 @@ export class WorkerPool {
     }
   }
 
+  /** The failure the previous chain step completed with (a caller's failure), or null. */
+  private async previousFailure(job: Job<CallJobData, Ending>): Promise<AppError | null> {
+    const values = await job.getChildrenValues<Ending>();
+    const first = Object.values(values)[0];
+    return returnedFailure(first);
+  }
+
+  /**
+   * Ends a chain step whose previous step failed by its caller's doing, without running it, as a
+   * failed step of its parent would have been failed by BullMQ (the holds and slots of the steps
+   * after the failed one went back with it): recorded as failed, not charged, completed in BullMQ.
+   */
+  private async notRun(job: Job<CallJobData, Ending>, before: AppError): Promise<FailedReturn> {
+    const err = new AppError(before.code, `Not run: the chain step before it failed (${before.message})`, {}, { retryable: false });
+    const data = job.data;
+    await this.deps.runner.endUnrun(data, { id: job.id!, createdAt: job.timestamp }, err);
+    await this.releaseSlots(data, [job.id!, ...(data.laterSteps ?? [])]);
+    if (data.edgeToken !== undefined) {
+      await this.deps.records
+        .put(job.id!, { state: 'failed', error: err.toJSON(), keyId: data.keyId, accountId: data.accountId })
+        .catch((e: Error) => this.deps.log.warn({ err: e.message, job: job.id }, 'job record write failed'));
+    } else await dropJobInput(job, this.deps.log);
+    return failedReturn(err);
+  }
+
   /**
    * What the job returns to BullMQ, which keeps it in the job's hash and copies it into the queue's
    * event stream: the answer itself when its result is at most JOB_RESULT_INLINE_BYTES, else a
    * reference (src/queue/result-refs.ts) to job_results (a call made with a key, stored whole there)
    * or, for a call paid per call, to its job record kept for JOB_REDIS_RETENTION_SECONDS.
    */
-  private async compact(job: Job<CallJobData, JobReturn>, run: JobRun, value: CallResult): Promise<JobReturn> {
+  private async compact(job: Job<CallJobData, Ending>, run: JobRun, value: CallResult): Promise<JobReturn> {
     const { config } = this.deps;
     const bytes = run.resultBytes;
     if (bytes === undefined || bytes <= config.JOB_RESULT_INLINE_BYTES || !this.deps.refs) return value;

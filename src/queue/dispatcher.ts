@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import { FAMILIES, type Config, type Family } from '../config.js';
 import { AppError, isAppError } from '../errors.js';
 import { cancelChannel, cancelledError, type CallResult } from './call-job.js';
-import { decodeFailure, isOwnFailure } from './failure.js';
+import { decodeFailure, isOwnFailure, returnedFailure } from './failure.js';
 import { familyOfJob, queueName } from './queues.js';
 import { connectRedis, type Redis } from './redis.js';
 import { queuePrefix } from './keyspace.js';
@@ -57,6 +57,8 @@ export class CompletionDispatcher {
           prefix: queuePrefix(this.config.REDIS_PREFIX),
         });
         qe.on('completed', ({ jobId, returnvalue }) => {
+          const failure = returnedFailure(returnvalue);
+          if (failure) return this.emit({ type: 'failed', jobId, error: failure });
           if (!isResultRef(returnvalue)) return this.emit({ type: 'completed', jobId, value: returnvalue as unknown as CallResult });
           // Nobody here waits on it: nothing to read.
           if (!this.listeners.has(jobId) || !this.refs) return;

@@ -33,3 +33,28 @@ export function decodeFailure(reason: string | undefined): AppError {
 export function isOwnFailure(reason: string | undefined): boolean {
   return !!reason?.startsWith(MARK);
 }
+
+/**
+ * A call that failed by its caller's doing (bad input found by the worker, a target that refused, a
+ * cancel: any 4xx) is not a fault: its job completes in BullMQ, returning this, so Bull Board and
+ * tollgate_queue_jobs{state="failed"} count only faults (5xx: ours or an upstream's). Every reader of
+ * a job's return value turns it back into the failure it is (`returnedFailure`).
+ */
+export interface FailedReturn {
+  failed: SerializedError;
+}
+
+export function isCallersFailure(err: AppError): boolean {
+  return err.status < 500;
+}
+
+export function failedReturn(err: AppError): FailedReturn {
+  return { failed: err.toJSON() };
+}
+
+/** The failure a completed job returned, or null for an answer (or a reference to one). */
+export function returnedFailure(value: unknown): AppError | null {
+  if (!value || typeof value !== 'object' || 'result' in value) return null;
+  const failed = (value as Partial<FailedReturn>).failed;
+  return failed && typeof failed === 'object' && typeof failed.code === 'string' ? AppError.fromJSON(failed) : null;
+}

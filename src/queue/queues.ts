@@ -4,14 +4,15 @@
  * their answers; it decides nothing about who pays or may call.
  */
 import { randomUUID } from 'node:crypto';
-import { FlowProducer, Job, Queue, type JobsOptions, type FlowJob } from 'bullmq';
+import { FlowProducer, Job, Queue, type JobsOptions, type FlowJob, type Telemetry } from 'bullmq';
 import { FAMILIES, type Config, type Family } from '../config.js';
 import type { CallJobData, CallResult } from './call-job.js';
-import { decodeFailure } from './failure.js';
+import { decodeFailure, returnedFailure } from './failure.js';
 import type { JobReturn, ResultRefs } from './result-refs.js';
 import type { AppError } from '../errors.js';
 import type { Redis } from './redis.js';
 import { queuePrefix } from './keyspace.js';
+import { bullmqTelemetry } from '../tracing.js';
 
 export const queueName = (family: Family) => `tools-${family}`;
 
@@ -59,6 +60,8 @@ export class JobQueues {
         connection: this.connection,
         prefix: queuePrefix(this.config.REDIS_PREFIX),
         streams: { events: { maxLen: this.config.QUEUE_EVENTS_MAX_LEN } },
+        // While tracing is on, BullMQ's own `add` span is the enqueue, and it stores the trace context with the job.
+        telemetry: bullmqTelemetry<Telemetry>(),
       });
       this.queues.set(family, q);
     }
@@ -96,7 +99,7 @@ export class JobQueues {
 
   /** Opened at start-up with the queues: one first opened during an outage would add its flow after it. */
   flowProducer(): FlowProducer {
-    this.flows ??= new FlowProducer({ connection: this.connection, prefix: queuePrefix(this.config.REDIS_PREFIX) });
+    this.flows ??= new FlowProducer({ connection: this.connection, prefix: queuePrefix(this.config.REDIS_PREFIX), telemetry: bullmqTelemetry<Telemetry>() });
     return this.flows;
   }
 
@@ -141,9 +144,7 @@ export class JobQueues {
   async view(jobId: string, reread = true): Promise<JobView | null> {
     const job = await this.getJob(jobId);
     if (!job) return null;
-    if (job.finishedOn && job.returnvalue !== null && job.returnvalue !== undefined && !job.failedReason) {
-      return { state: 'completed', data: job.data, value: await this.resolve(jobId, job.returnvalue) };
-    }
+    if (job.finishedOn && job.returnvalue !== null && job.returnvalue !== undefined && !job.failedReason) return this.finished(job, 'completed');
     const status = await job.getState();
     // A job that finished between the read above and getState has its outcome only in a fresh read
     // (and none at all if it was removed on completion: then null, and JobRecords has it).
@@ -152,6 +153,9 @@ export class JobQueues {
   }
 
   private async finished(job: Job<CallJobData, JobReturn>, status: 'completed' | 'failed'): Promise<JobView> {
+    // A caller's failure completes its job (src/queue/failure.ts): it is a failed call all the same.
+    const failure = status === 'completed' ? returnedFailure(job.returnvalue) : null;
+    if (failure) return { state: 'failed', data: job.data, error: failure };
     if (status === 'completed') return { state: 'completed', data: job.data, value: await this.resolve(job.id!, job.returnvalue) };
     return { state: 'failed', data: job.data, error: decodeFailure(job.failedReason) };
   }

@@ -3,6 +3,7 @@ import { AppError, envelope, isAppError } from '../../../errors.js';
 import { isPaymentError, paymentErrorBody } from '../../../pay/x402/requirements.js';
 import { isOpenAiPath, openAiErrorBody, openAiShouldRetry } from '../../openai-errors.js';
 import { dependencyUnavailable, isDependencyError } from '../../../queue/redis.js';
+import { noteRequest } from './request-log.js';
 
 /** The one place errors become responses: every failure leaves in the documented envelope. */
 export function installErrorHandling(app: FastifyInstance): void {
@@ -10,8 +11,9 @@ export function installErrorHandling(app: FastifyInstance): void {
     const err = toAppError(raw);
     // Refusals by limit or payment, by their code (tollgate_refusals_total{reason}).
     app.container?.metrics.refused(err.code);
-    if (err.code === 'service_unavailable') req.log.warn({ err: (raw as Error).message }, 'dependency unavailable');
-    else if (err.status >= 500) req.log.error({ err: raw }, 'request failed');
+    // Said on the request's one log line: a fault of ours with its stack; the caller's failures and
+    // expected ones (an upstream down, Redis unreachable) by code and message only.
+    noteRequest(req, { error: err, ...(err.code === 'internal_error' ? { fault: raw } : {}) });
     for (const [k, v] of Object.entries(err.headers)) reply.header(k, v);
     if (err.status === 402 || err.status === 403) reply.header('x-should-retry', 'false');
     // x402 clients read x402Version and accepts at the top level of a payment 402.
