@@ -2,6 +2,7 @@ import { buildApp } from './app.js';
 import { checkServices, configOrDie, die, makeLogger, onStopSignal, runMigrations, sealingKeysOrDie } from './bootstrap.js';
 import { createContainer } from './container.js';
 import { ConfigError, FAMILIES } from './config.js';
+import { drainOnStopSignal } from './ops/readiness.js';
 import { warnUnopenableSealed } from './ops/sealed-check.js';
 import { unavailableTools } from './tools/index.js';
 
@@ -29,6 +30,8 @@ for (const { need, setting, tools } of unavailableTools(config)) {
   log.info({ setting, tools }, `${tools.length} tools are off: ${setting} is not set${how}`);
 }
 
+// GET /readyz says 503 from the first SIGTERM or SIGINT on.
+drainOnStopSignal();
 // Stop listening and answer every request in flight (inline workers keep running their jobs until
 // then), then let the workers finish, settlement flush and connections close.
 onStopSignal(

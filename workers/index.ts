@@ -7,6 +7,7 @@ import { checkServices, configOrDie, die, makeLogger, onStopSignal, runMigration
 import { createContainer } from '../src/container.js';
 import { FAMILIES, type Family } from '../src/config.js';
 import { serveMetrics } from '../src/ops/metrics.js';
+import { drainOnStopSignal, readinessProbe } from '../src/ops/readiness.js';
 import { warnUnopenableSealed } from '../src/ops/sealed-check.js';
 
 const { values } = parseArgs({ options: { family: { type: 'string', multiple: true } }, allowPositionals: false });
@@ -28,17 +29,24 @@ await runMigrations(config, log);
 const container = await createContainer(config, log, { api: false, workerFamilies: families });
 // One warning line per key that does not open what earlier starts sealed (a changed EDGE_TOKEN_KEY or PASSPORT_KEY).
 await warnUnopenableSealed(container, log);
-// This process's Prometheus metrics on METRICS_PORT (0: none).
+// This process's Prometheus metrics and its probes (GET /livez, GET /readyz) on METRICS_PORT (0: none).
 const metricsServer = config.METRICS_PORT
-  ? await serveMetrics(container.metrics, { port: config.METRICS_PORT, host: config.HOST, token: config.METRICS_TOKEN })
+  ? await serveMetrics(container.metrics, {
+      port: config.METRICS_PORT,
+      host: config.HOST,
+      token: config.METRICS_TOKEN,
+      ready: readinessProbe(container),
+    })
   : null;
 if (metricsServer) log.info({ port: config.METRICS_PORT }, 'metrics listening');
 log.info({ families }, 'worker process ready');
 
 // Running jobs finish and settle before the process exits; past the grace period, what is left is
-// redelivered to another worker once its lock expires.
+// redelivered to another worker once its lock expires. Meanwhile /readyz says draining (503) and
+// /livez 200: the METRICS_PORT listener closes last.
+drainOnStopSignal();
 onStopSignal(log, config.SHUTDOWN_GRACE_MS, async () => {
+  await container.close();
   metricsServer?.close();
   metricsServer?.closeAllConnections();
-  await container.close();
 });

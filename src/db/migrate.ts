@@ -8,6 +8,14 @@ export const MIGRATIONS_DIR = path.join(packageRoot(), 'migrations');
 /** Lock id that serialises migrations when several processes start at once. */
 const MIGRATION_LOCK = 7_421_001;
 
+/** The migration files in `dir`, in the order they apply (`NNN_name.sql`). */
+export async function migrationFiles(dir = MIGRATIONS_DIR): Promise<string[]> {
+  return (await readdir(dir)).filter((f) => /^\d{3,}_[\w-]+\.sql$/.test(f)).sort();
+}
+
+/** A migration file's version, as schema_migrations records it (the digits before the first `_`). */
+export const migrationVersion = (file: string): string => file.split('_')[0]!;
+
 /**
  * Applies pending `migrations/NNN_name.sql` files in order, each in its own transaction, and records
  * them in schema_migrations. Returns the files applied now.
@@ -16,7 +24,7 @@ const MIGRATION_LOCK = 7_421_001;
  * refuses multi-statement queries by design.
  */
 export async function migrate(databaseUrl: string, dir = MIGRATIONS_DIR): Promise<string[]> {
-  const files = (await readdir(dir)).filter((f) => /^\d{3,}_[\w-]+\.sql$/.test(f)).sort();
+  const files = await migrationFiles(dir);
   const client = new pg.Client({ connectionString: databaseUrl });
   await client.connect();
   try {
@@ -26,7 +34,7 @@ export async function migrate(databaseUrl: string, dir = MIGRATIONS_DIR): Promis
     const done = new Set((await client.query<{ version: string }>('SELECT version FROM schema_migrations')).rows.map((r) => r.version));
     const applied: string[] = [];
     for (const file of files) {
-      const version = file.split('_')[0]!;
+      const version = migrationVersion(file);
       if (done.has(version)) continue;
       const text = await readFile(path.join(dir, file), 'utf8');
       try {

@@ -24,8 +24,11 @@ export type QueueCounts = (family: Family) => Promise<Record<string, number>>;
 /** Live worker processes per family (the heartbeats, src/queue/heartbeat.ts). */
 export type WorkerCounts = () => Promise<Record<Family, number>>;
 
-/** A scrape-time read that gives up after `ms`, so a Redis outage cannot hang /metrics. */
-async function within<T>(ms: number, f: () => Promise<T>): Promise<T | null> {
+/**
+ * A read that gives up after `ms` (null then, or when it fails), so a Redis or Postgres outage cannot
+ * hang /metrics, /health or /readyz.
+ */
+export async function within<T>(ms: number, f: () => Promise<T>): Promise<T | null> {
   let timer: NodeJS.Timeout | undefined;
   try {
     return await Promise.race([f(), new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error('timeout')), ms)))]);
@@ -178,21 +181,37 @@ export function metricsUnauthorized(): AppError {
   return new AppError('unauthorized', 'GET /metrics needs Authorization: Bearer <METRICS_TOKEN>');
 }
 
+/** What /readyz answers: 200 when `ready`, else 503, with `body` as JSON (src/ops/readiness.ts). */
+export type ReadinessProbe = () => Promise<{ ready: boolean; body: object }>;
+
 /**
- * A process's own metrics listener on METRICS_PORT (workers, and the API once it listens): GET
- * /metrics (with METRICS_TOKEN as a bearer when set), 404 otherwise, both in the service's error
- * envelope. The port is meant to stay off the public network.
+ * A process's own listener on METRICS_PORT (workers, and the API once it listens): GET /metrics (with
+ * METRICS_TOKEN as a bearer when set), and the probes an orchestrator polls without a token: GET /livez
+ * (200 while the process runs, nothing checked) and, given `ready`, GET /readyz (200 or 503). Anything
+ * else is 404, all in the service's error envelope. The port is meant to stay off the public network.
  */
-export async function serveMetrics(metrics: Metrics, opts: { port: number; host: string; token: string }): Promise<Server> {
+export async function serveMetrics(metrics: Metrics, opts: { port: number; host: string; token: string; ready?: ReadinessProbe }): Promise<Server> {
   const server = createServer((req, res) => {
     const requestId = randomUUID();
+    const send = (status: number, body: object) => {
+      res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store', 'x-request-id': requestId });
+      res.end(req.method === 'HEAD' ? undefined : JSON.stringify(body));
+    };
     const fail = (err: AppError) => {
       res.writeHead(err.status, { 'content-type': 'application/json; charset=utf-8', 'x-request-id': requestId, ...err.headers });
       res.end(JSON.stringify(envelope(err, requestId)));
     };
     const path = (req.url ?? '/').split('?')[0];
-    if (path !== '/metrics' || (req.method !== 'GET' && req.method !== 'HEAD')) {
-      return fail(new AppError('not_found', `No route ${req.method} ${path}. This listener serves GET /metrics.`));
+    const served = ['/metrics', '/livez', ...(opts.ready ? ['/readyz'] : [])];
+    if (!served.includes(path!) || (req.method !== 'GET' && req.method !== 'HEAD')) {
+      return fail(new AppError('not_found', `No route ${req.method} ${path}. This listener serves GET ${served.join(', ')}.`));
+    }
+    if (path === '/livez') return send(200, { status: 'ok' });
+    if (path === '/readyz') {
+      return void opts.ready!().then(
+        ({ ready, body }) => send(ready ? 200 : 503, body),
+        () => fail(new AppError('internal_error', 'Could not check readiness')),
+      );
     }
     if (!metricsAuthorized(opts.token, req.headers.authorization)) return fail(metricsUnauthorized());
     metrics.scrape().then(

@@ -6,7 +6,7 @@ import { queuePrefix } from './keyspace.js';
 
 export const HEARTBEAT_MS = 5_000;
 export const HEARTBEAT_TTL_MS = 15_000;
-/** A family that had a worker within this long is expected to have one (see `familiesExpected`). */
+/** A family that had a worker within this long is expected to have one (see `workerCounts`). */
 const EXPECTED_FOR_MS = 24 * 3600_000;
 
 // One sorted set per family: member = worker process, score = its last beat (Redis time, so hosts'
@@ -94,7 +94,7 @@ export class WorkerHeartbeat {
 
 /**
  * Live workers per family, and which families this deployment runs: those that had a worker within
- * the last day, or every family when none ever had one (an API started with no workers at all).
+ * the last day (none yet on a deployment where no worker has run: nothing is missing, nothing runs).
  */
 export async function workerCounts(redis: Redis, prefix: string): Promise<{ counts: Record<Family, number>; expected: Family[] }> {
   const r = define(redis);
@@ -104,6 +104,6 @@ export async function workerCounts(redis: Redis, prefix: string): Promise<{ coun
     r.zrangebyscore(seenKey(prefix), Date.now() - EXPECTED_FOR_MS, '+inf'),
   ]);
   const counts = Object.fromEntries(FAMILIES.map((f, i) => [f, Number(live[i] ?? 0)])) as Record<Family, number>;
-  const expected = seen.length ? FAMILIES.filter((f) => seen.includes(f)) : [...FAMILIES];
+  const expected = FAMILIES.filter((f) => seen.includes(f));
   return { counts, expected };
 }

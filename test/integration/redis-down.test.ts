@@ -107,15 +107,17 @@ describe('Redis down', () => {
 });
 
 describe('GET /health and workers', () => {
-  it('an API with no live worker for a family it runs is degraded and names the family; a worker appearing makes it healthy', async () => {
+  it('counts a family once a worker for it has run: none before, then a missing one is named', async () => {
     const api = await startHarness({ RECONCILE_SECONDS: '0' }, { workers: [] });
     try {
+      // A fresh prefix where no worker ever ran: nothing is expected, so nothing is down; it says which have none.
       const res = await api.request({ method: 'GET', url: '/health' });
-      expect(res.statusCode).toBe(503);
+      expect(res.statusCode).toBe(200);
       const body = json(res);
-      expect(body).toMatchObject({ status: 'degraded', checks: { redis: 'ok', postgres: 'ok' }, workers: 'off' });
+      expect(body).toMatchObject({ status: 'ok', checks: { redis: 'ok', postgres: 'ok' }, workers: 'off', families_expected: [] });
       expect(body.worker_counts).toEqual({ core: 0, web: 0, llm: 0, edge: 0, text: 0, math: 0, media: 0 });
-      expect(body.down).toEqual(['workers:core', 'workers:web', 'workers:llm', 'workers:edge', 'workers:text', 'workers:math', 'workers:media']);
+      expect(body.without_workers).toEqual(['core', 'web', 'llm', 'edge', 'text', 'math', 'media']);
+      expect(body.down).toBeUndefined();
 
       // A core-only worker process on the same Redis prefix (as `npm run start:worker -- --family core`).
       const { createContainer } = await import('../../src/container.js');
@@ -123,13 +125,20 @@ describe('GET /health and workers', () => {
       try {
         const ok = await api.request({ method: 'GET', url: '/health' });
         expect(ok.statusCode).toBe(200);
-        expect(json(ok)).toMatchObject({ status: 'ok', worker_counts: { core: 1, web: 0, llm: 0, edge: 0, text: 0, math: 0, media: 0 } });
+        expect(json(ok)).toMatchObject({
+          status: 'ok',
+          families_expected: ['core'],
+          worker_counts: { core: 1, web: 0, llm: 0, edge: 0, text: 0, math: 0, media: 0 },
+        });
       } finally {
         await worker.close();
       }
-      // Its heartbeat is withdrawn on close: core is missing again.
-      const gone = json(await api.request({ method: 'GET', url: '/health' }));
-      expect(gone.down).toEqual(['workers:core']);
+      // Its heartbeat is withdrawn on close: core ran within the day, so it is missing now.
+      const gone = await api.request({ method: 'GET', url: '/health' });
+      expect(gone.statusCode).toBe(503);
+      expect(json(gone).down).toEqual(['workers:core']);
+      // Readiness is not about workers: this API still serves.
+      expect((await api.request({ method: 'GET', url: '/readyz' })).statusCode).toBe(200);
     } finally {
       await api.close();
     }

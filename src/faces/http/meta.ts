@@ -8,6 +8,8 @@ import { getTool } from '../../tools/index.js';
 import { PLANS } from '../../tools/types.js';
 import { workerCounts } from '../../queue/heartbeat.js';
 import { buildClientPackage } from '../../ops/client-package.js';
+import { within } from '../../ops/metrics.js';
+import { READY_CHECK_MS, readiness } from '../../ops/readiness.js';
 import { FAMILIES } from '../../config.js';
 import { OpenSchema, ToolNameParams } from './openapi-components.js';
 import { errors, input, media, named, ok, type RouteSchema } from './route-schema.js';
@@ -24,12 +26,44 @@ const HealthSchema = named(
         .record(z.enum(FAMILIES), z.number().int())
         .nullable()
         .describe('Live worker processes per family, across the deployment (null while Redis is down).'),
-      down: z.array(z.string()).optional().describe('What is missing: redis, postgres, or workers:<family>.'),
+      families_expected: z
+        .array(z.enum(FAMILIES))
+        .nullable()
+        .describe('Families this deployment runs: those that had a live worker within the last day (null while Redis is down).'),
+      without_workers: z
+        .array(z.enum(FAMILIES))
+        .nullable()
+        .describe('Families with no live worker now, expected or not: their calls wait in the queue (null while Redis is down).'),
+      down: z.array(z.string()).optional().describe('What is missing: redis, postgres, or workers:<family> for an expected family.'),
       warnings: z.array(z.string()).optional(),
       time: z.string().datetime(),
     })
-    .describe('The service and its dependencies; 503 with `down` when something is missing.'),
+    .describe(
+      'The service, its dependencies and its worker families, for people and dashboards (never a readiness probe); 503 with `down` when something is missing.',
+    ),
 );
+
+const LivenessSchema = named('Liveness', z.object({ status: z.literal('ok') }).describe('The process runs; nothing else is checked.'));
+
+const ReadinessSchema = named(
+  'Readiness',
+  z
+    .object({
+      status: z.enum(['ready', 'not_ready']),
+      checks: z.object({
+        redis: z.enum(['ok', 'down']),
+        postgres: z.enum(['ok', 'down']),
+        migrations: z.enum(['ok', 'pending', 'unknown']).describe('Every migration file this build ships is applied (`unknown` while Postgres is down).'),
+      }),
+      pending_migrations: z.array(z.string()).optional().describe('The migration files not applied yet.'),
+      draining: z.boolean().describe('The process got SIGTERM or SIGINT: it finishes what it holds and should get nothing new.'),
+      time: z.string().datetime(),
+    })
+    .describe(`Whether this process can serve: each check gives up after ${READY_CHECK_MS} ms. Worker families are not part of it (see GET /health).`),
+);
+
+/** No worker for any family in the last day: nothing runs the calls this API queues. */
+const NO_WORKERS_WARNING = 'no worker has run in the last day: calls are queued until one starts (npm run start:worker -- --family <family>)';
 
 const ToolListSchema = named(
   'ToolList',
@@ -83,13 +117,55 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
     async (req) => rootDocument(baseUrl(app, req), config),
   );
 
+  // Probes answer on every request without a key or a rate limit, and log only trouble: an
+  // orchestrator polls them every few seconds.
+  app.get(
+    '/livez',
+    {
+      logLevel: 'warn',
+      schema: {
+        operationId: 'livez',
+        tags: ['Operators'],
+        summary: 'Liveness: the process runs (no dependency is checked)',
+        security: 'none',
+        response: { '200': ok(LivenessSchema, 'The process runs.') },
+      } satisfies RouteSchema,
+    },
+    async (_req, reply) => reply.header('cache-control', 'no-store').send({ status: 'ok' }),
+  );
+
+  /**
+   * Readiness (src/ops/readiness.ts): Redis and Postgres answer, migrations are applied, no SIGTERM
+   * yet. 200 `ready` or 503 `not_ready`, within about READY_CHECK_MS even when a dependency hangs.
+   */
+  app.get(
+    '/readyz',
+    {
+      logLevel: 'warn',
+      schema: {
+        operationId: 'readyz',
+        tags: ['Operators'],
+        summary: 'Readiness: this process can serve (Redis, Postgres, migrations, not draining)',
+        security: 'none',
+        response: { '200': ok(ReadinessSchema, 'Ready.'), '503': ok(ReadinessSchema, 'Not ready: `checks` and `draining` say why.') },
+      } satisfies RouteSchema,
+    },
+    async (_req, reply) => {
+      const body = await readiness(app.container);
+      return reply
+        .status(body.status === 'ready' ? 200 : 503)
+        .header('cache-control', 'no-store')
+        .send(body);
+    },
+  );
+
   /**
    * Each dependency (Redis, Postgres: `ok` or `down`, 1 s each) and the live workers per family from
-   * their heartbeats (src/queue/heartbeat.ts). 200 `ok`, or 503 `degraded` with `down` naming what is
-   * missing: a dependency, or a family this deployment runs that has no live worker (`workers:<family>`).
-   * The families a deployment runs are those that had a worker within the last day, or all of them
-   * when none ever had one, so an API started with no workers at all is degraded, while a deployment
-   * that runs only some families (a core-only worker) is healthy once those have workers.
+   * their heartbeats (src/queue/heartbeat.ts), for people and dashboards; readiness is GET /readyz.
+   * 200 `ok`, or 503 `degraded` with `down` naming what is missing: a dependency, or an expected family
+   * (one that had a worker within the last day) with no live worker (`workers:<family>`).
+   * `without_workers` lists every family with no live worker, expected or not, so an API started
+   * before any worker is `ok` and says that nothing runs its calls.
    */
   app.get(
     '/health',
@@ -97,27 +173,17 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
       schema: {
         operationId: 'health',
         tags: ['Discovery'],
-        summary: 'Health of the service, its dependencies and worker families',
+        summary: 'Health of the service, its dependencies and worker families (for people; probes are /livez and /readyz)',
         security: 'none',
         response: { '200': ok(HealthSchema, 'Everything answers.'), '503': ok(HealthSchema, 'Degraded: `down` names what is missing.') },
       } satisfies RouteSchema,
     },
     async (_req, reply) => {
-      const within = async <T>(f: () => Promise<T>): Promise<T | null> => {
-        let timer: NodeJS.Timeout | undefined;
-        try {
-          return await Promise.race([f(), new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error('timeout')), 1000)))]);
-        } catch {
-          return null;
-        } finally {
-          clearTimeout(timer);
-        }
-      };
       const { redis: client, pool } = app.container;
       const [pong, pg, workers] = await Promise.all([
-        within(() => client.ping()),
-        within(() => pool.query(sql.unsafe`SELECT 1`)),
-        within(() => workerCounts(client, config.REDIS_PREFIX)),
+        within(READY_CHECK_MS, () => client.ping()),
+        within(READY_CHECK_MS, () => pool.query(sql.unsafe`SELECT 1`)),
+        within(READY_CHECK_MS, () => workerCounts(client, config.REDIS_PREFIX)),
       ]);
       const checks = { redis: pong === null ? 'down' : 'ok', postgres: pg === null ? 'down' : 'ok' };
       const down: string[] = [];
@@ -126,6 +192,7 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
       if (workers) for (const f of workers.expected) if (!workers.counts[f]) down.push(`workers:${f}`);
       const ok = down.length === 0;
       const warnings = app.container.api?.payPerCall?.deps.x402.settler.mode === 'deferred' ? [DEFERRED_WARNING] : [];
+      if (workers && !workers.expected.length) warnings.push(NO_WORKERS_WARNING);
       return reply.status(ok ? 200 : 503).send({
         status: ok ? 'ok' : 'degraded',
         checks,
@@ -133,8 +200,10 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
         workers: app.container.workers ? 'inline' : 'off',
         // Live worker processes per family, across the deployment (null while Redis is down).
         worker_counts: workers ? workers.counts : null,
+        families_expected: workers ? workers.expected : null,
+        without_workers: workers ? FAMILIES.filter((f) => !workers.counts[f]) : null,
         ...(ok ? {} : { down }),
-        // Healthy but worth an operator's attention (deferred x402 settlement).
+        // Healthy but worth an operator's attention (deferred x402 settlement, no worker at all).
         ...(warnings.length ? { warnings } : {}),
         time: new Date().toISOString(),
       });

@@ -2,6 +2,7 @@ import type { Server } from 'node:http';
 import type { FastifyInstance } from 'fastify';
 import { AppError } from '../../errors.js';
 import { metricsAuthorized, metricsUnauthorized, serveMetrics } from '../../ops/metrics.js';
+import { readinessProbe } from '../../ops/readiness.js';
 import { errors, media, type RouteSchema } from './route-schema.js';
 
 /**
@@ -9,7 +10,8 @@ import { errors, media, type RouteSchema } from './route-schema.js';
  * tool, so they are never public. On the API's port they need METRICS_TOKEN: with it set,
  * `Authorization: Bearer <METRICS_TOKEN>` (401 otherwise); without it, 404. With METRICS_PORT set,
  * this process also serves them on a listener of their own on that port (the token, when set, there
- * too), started once the API listens: a port the operator keeps off the public network.
+ * too), with GET /livez and GET /readyz, started once the API listens: a port the operator keeps off
+ * the public network.
  */
 export async function metricsRoutes(app: FastifyInstance): Promise<void> {
   const { config, metrics } = app.container;
@@ -44,7 +46,12 @@ export async function metricsRoutes(app: FastifyInstance): Promise<void> {
   let server: Server | undefined;
   app.addHook('onListen', async () => {
     try {
-      server = await serveMetrics(metrics, { port: config.METRICS_PORT, host: config.HOST, token: config.METRICS_TOKEN });
+      server = await serveMetrics(metrics, {
+        port: config.METRICS_PORT,
+        host: config.HOST,
+        token: config.METRICS_TOKEN,
+        ready: readinessProbe(app.container),
+      });
       app.log.info({ port: config.METRICS_PORT }, 'metrics listening');
     } catch (e) {
       app.log.error({ err: (e as Error).message, port: config.METRICS_PORT }, 'metrics listener could not start (METRICS_PORT)');
