@@ -115,13 +115,13 @@ export const ConfigSchema = z
       .default('auto')
       .describe('`auto`: readable lines when stdout is a terminal outside production, JSON otherwise; `json`; `pretty` (never in production).'),
     METRICS_PORT: int(0, 0, 65535).describe(
-      "A Prometheus listener of the process's own (GET /metrics), in workers and the API alike, meant to stay off the public network; 0 = none. The API also serves GET /metrics on PORT (see METRICS_TOKEN).",
+      "A listener of the process's own, in workers and the API alike, meant to stay off the public network: GET /metrics (Prometheus) and the probes GET /livez and GET /readyz (no token); 0 = none. The API also serves GET /metrics on PORT (see METRICS_TOKEN), and the probes there too.",
     ),
     METRICS_TOKEN: z
       .string()
       .default('')
       .describe(
-        "The bearer GET /metrics needs: `Authorization: Bearer <METRICS_TOKEN>`. Unset, GET /metrics on the API's port is 404 and a METRICS_PORT listener needs no token.",
+        "The bearer GET /metrics needs: `Authorization: Bearer <METRICS_TOKEN>`. Unset, GET /metrics on the API's port is 404 and a METRICS_PORT listener needs no token. Probes (/livez, /readyz) never need it.",
       ),
     ADMIN_TOKEN: z
       .string()
