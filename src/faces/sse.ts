@@ -17,6 +17,35 @@ export interface SseEvent {
   data: unknown;
 }
 
+/**
+ * The last event of a stream this process stops following before its outcome (it is shutting down).
+ * It has no id, so an EventSource keeps the id of the last event it got and sends it as Last-Event-ID
+ * when it reconnects: another replica resumes the stream from there (the call itself runs on).
+ */
+export interface ReconnectEvent {
+  event: 'reconnect';
+  data: { job_id: string; reason: 'shutting_down'; last_event_id: string | null; message: string };
+}
+
+/**
+ * Started once when the process begins shutting down: every stream it follows waits for its outcome
+ * until `deadline` (ms since the epoch), then ends with a `reconnect` event.
+ */
+export class StreamDrain {
+  private readonly started = new AbortController();
+  deadline = Number.POSITIVE_INFINITY;
+
+  get signal(): AbortSignal {
+    return this.started.signal;
+  }
+
+  start(waitMs: number): void {
+    if (this.started.signal.aborted) return;
+    this.deadline = Date.now() + waitMs;
+    this.started.abort();
+  }
+}
+
 export interface EventCursor {
   jobId: string;
   /** `0` (after queued), a log entry id, or `end` (everything was sent). */
@@ -41,6 +70,8 @@ export interface FollowOptions {
   signal: AbortSignal;
   /** Looks for the outcome this often even without an event, in case a completion event was lost. */
   recheckMs: number;
+  /** The process's shutdown: past its deadline the stream ends with a `reconnect` event instead. */
+  drain?: StreamDrain;
 }
 
 export class JobFollower {
@@ -56,10 +87,17 @@ export class JobFollower {
    * Emits the target's events until its result or error, or until `signal` aborts (the client left:
    * the job itself carries on). Live events only wake the loop; what is sent always comes from the
    * log and the stored outcome, so a live stream and a replay send the same events with the same ids.
+   * When the process shuts down (`opts.drain`), the stream still ends with its result or error if that
+   * comes by the drain's deadline, else with a `reconnect` event naming the last event it sent.
    */
-  async follow(target: StreamTarget, opts: FollowOptions, emit: (e: SseEvent) => void): Promise<void> {
+  async follow(target: StreamTarget, opts: FollowOptions, send: (e: SseEvent | ReconnectEvent) => void): Promise<void> {
     const { dispatcher, protocol } = this.deps;
     const rootId = rootIdOf(target);
+    let lastId: string | null = opts.after === undefined ? null : `${rootId}:${opts.after}`;
+    const emit = (e: SseEvent) => {
+      lastId = e.id;
+      send(e);
+    };
     const watched = target.kind === 'flow' ? [...new Set([rootId, ...target.flow.steps.map((s) => s.jobId)])] : [target.jobId];
     let dirty = true;
     // The first pass checks for an outcome: the job may have finished before we subscribed.
@@ -79,6 +117,20 @@ export class JobFollower {
       maybeFinished = true;
       wake?.();
     }, opts.recheckMs);
+    // Shutting down: one last look for the outcome at the deadline, then the reconnect event.
+    let expired = false;
+    let expiry: NodeJS.Timeout | undefined;
+    const onDrain = () => {
+      expiry = setTimeout(
+        () => {
+          expired = dirty = maybeFinished = true;
+          wake?.();
+        },
+        Math.max(0, opts.drain!.deadline - Date.now()),
+      );
+    };
+    if (opts.drain?.signal.aborted) onDrain();
+    else opts.drain?.signal.addEventListener('abort', onDrain, { once: true });
     try {
       if (opts.after === undefined) emit({ id: `${rootId}:0`, event: 'queued', data: this.queuedData(target) });
       let cursor = opts.after && isStreamId(opts.after) ? opts.after : undefined;
@@ -104,9 +156,15 @@ export class JobFollower {
           );
           return;
         }
+        if (expired && !opts.signal.aborted) {
+          send(reconnectEvent(rootId, lastId));
+          return;
+        }
       }
     } finally {
       clearInterval(recheck);
+      clearTimeout(expiry);
+      opts.drain?.signal.removeEventListener('abort', onDrain);
       for (const u of unsubscribe) u();
       opts.signal.removeEventListener('abort', onAbort);
     }
@@ -148,4 +206,17 @@ export class JobFollower {
     }
     return { event: 'step', data: { ...step, status: 'failed', error: stepError(AppError.fromJSON(event.error)) } };
   }
+}
+
+function reconnectEvent(rootId: string, lastId: string | null): ReconnectEvent {
+  const resume = lastId ? `with Last-Event-ID: ${lastId}` : 'without Last-Event-ID';
+  return {
+    event: 'reconnect',
+    data: {
+      job_id: rootId,
+      reason: 'shutting_down',
+      last_event_id: lastId,
+      message: `This server is shutting down; the call runs on. Reconnect ${resume} (GET /jobs/${rootId}/events, or the same request) to follow it on another server.`,
+    },
+  };
 }

@@ -142,8 +142,9 @@ describe('request log lines', () => {
       .map((l) => JSON.parse(l) as Line)
       .find((l) => l.msg === 'tool failed unexpectedly');
     expect(worker?.level).toBe(50);
-    expect((worker?.err as { stack?: string }).stack).toContain('boom in the handler');
-    expect((worker?.err as { stack?: string }).stack).toContain('    at ');
+    const stack = String((worker?.err as { stack?: string } | undefined)?.stack);
+    expect(stack).toContain('boom in the handler');
+    expect(stack).toContain('    at ');
   });
 });
 
@@ -170,7 +171,42 @@ describe('how jobs end', () => {
     expect(stored?.costCents).toBe(0);
   });
 
-  it('counts faults as failed jobs, and callers\' failures not, in tollgate_queue_jobs', async () => {
+  it("a chain step after a caller's failure does not run, is not a failed job, and frees its hold", async () => {
+    const a = await h.account('pro', 10);
+    const core = await failedJobs('core');
+    const res = await h.request({
+      method: 'POST',
+      url: '/',
+      headers: { authorization: `Bearer ${a.apiKey}`, 'content-type': 'application/json' },
+      payload: JSON.stringify({ chain: ['compute', 'compute', 'compute'], q: '2 * apples' }),
+    });
+    expect(res.statusCode).toBe(400);
+    const { error } = res.json();
+    expect(error.failed_step).toMatchObject({ index: 0, tool: 'compute', error: { code: 'invalid_input' } });
+    expect(error).toMatchObject({ steps: [], cost_cents: 0 });
+    // The later steps end without running: completed in BullMQ, failed (uncharged) for the caller.
+    const rootId = String(res.headers['x-job-id']);
+    const root = h.container.queues;
+    for (let i = 0; i < 100 && (await root.view(rootId))?.state === 'pending'; i++) await new Promise((r) => setTimeout(r, 20));
+    const view = await root.view(rootId);
+    expect(view?.state).toBe('failed');
+    expect(await (await root.getJob(rootId))!.getState()).toBe('completed');
+    expect(view?.state === 'failed' && view.error.message).toMatch(/^Not run: the chain step before it failed/);
+    expect((await h.container.results.get(rootId))?.status).toBe('failed');
+    expect((await failedJobs('core')).failed).toBe(core.failed);
+    // Nothing charged, every hold back: the whole balance buys the same chain at once.
+    expect(await h.credits(a.accountId)).toBe(10);
+    const again = await h.request({
+      method: 'POST',
+      url: '/',
+      headers: { authorization: `Bearer ${a.apiKey}`, 'content-type': 'application/json' },
+      payload: JSON.stringify({ chain: ['compute', 'compute', 'compute'], q: '1 + 1' }),
+    });
+    expect(again.statusCode).toBe(200);
+    expect(again.json().remaining_credits).toBe(4);
+  });
+
+  it("counts faults as failed jobs, and callers' failures not, in tollgate_queue_jobs", async () => {
     const res = await h.call(faulty.name, {}, acct.apiKey);
     expect(res.statusCode).toBe(500);
     const failedId = String(res.headers['x-job-id']);

@@ -140,7 +140,8 @@ describe('chain', () => {
     expect(error.remaining_credits).toBe(7);
     expect(error.job_id).toBe(res.headers['x-job-id']);
     expect(typeof error.request_id).toBe('string');
-    // roast never ran: once its job is failed for good (BullMQ fails it because its child failed),
+    // roast never ran: once its job has ended (failed: compute's failure was the caller's, so roast's
+    // worker ends it without running it, as BullMQ fails it after a fault),
     // the model was still asked only once (by hints), and only hints is in the ledger.
     expect(await finalState(error.job_id)).toBe('failed');
     expect(userMessages()).toHaveLength(1);

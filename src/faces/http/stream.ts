@@ -7,7 +7,7 @@ import { JobEventLog } from '../../queue/job-events.js';
 import type { KeyCaller } from '../../access/auth.js';
 import { Idempotency, type StoredResponse, type TrackJob } from '../../calls/idempotency.js';
 import { ProtocolService, type ProtocolOptions, type StreamTarget } from '../../calls/protocol.js';
-import { JobFollower, parseEventId, rootIdOf, type EventCursor, type SseEvent } from '../sse.js';
+import { JobFollower, StreamDrain, parseEventId, rootIdOf, type EventCursor, type ReconnectEvent, type SseEvent } from '../sse.js';
 import { ENDPOINTS } from '../../calls/catalogue.js';
 import { JobIdParams, RATE_LIMIT } from './openapi-components.js';
 import { empty, errors, media, typed, type RouteSchema } from './route-schema.js';
@@ -17,8 +17,16 @@ const EVENT_STREAM_REF = { $ref: '#/components/schemas/EventStream' };
 interface ProtocolServices {
   protocol: ProtocolService;
   follower: JobFollower;
-  /** Open streams, ended when the app closes so shutdown does not wait on idle listeners. */
-  open: Set<AbortController>;
+  /** Started when the app closes: open streams end with their outcome, or resumably (`reconnect`). */
+  drain: StreamDrain;
+}
+
+/**
+ * How long open streams wait for their outcome once the process shuts down: four fifths of
+ * SHUTDOWN_GRACE_MS, so they end (with the result, or a reconnect event) before the rest is cut.
+ */
+export function streamDrainMs(graceMs: number): number {
+  return Math.floor(graceMs * 0.8);
 }
 
 const byContainer = new WeakMap<Container, ProtocolServices>();
@@ -43,7 +51,7 @@ export function protocolServices(container: Container): ProtocolServices {
       results: container.results,
     });
     const follower = new JobFollower({ dispatcher: api.dispatcher, events: new JobEventLog(redis, config.REDIS_PREFIX, queues.refs), protocol });
-    s = { protocol, follower, open: new Set() };
+    s = { protocol, follower, drain: new StreamDrain() };
     byContainer.set(container, s);
   }
   return s;
@@ -59,7 +67,7 @@ export function lastEventCursor(req: FastifyRequest): EventCursor | null {
   return wantsEventStream(req) ? parseEventId(req.headers['last-event-id']) : null;
 }
 
-function formatEvent(e: Omit<SseEvent, 'id'> & { id?: string }): string {
+function formatEvent(e: (Omit<SseEvent, 'id'> | ReconnectEvent) & { id?: string }): string {
   // JSON.stringify escapes newlines, so each payload is exactly one `data:` line.
   return `${e.id ? `id: ${e.id}\n` : ''}event: ${e.event}\ndata: ${JSON.stringify(e.data)}\n\n`;
 }
@@ -70,7 +78,7 @@ function formatEvent(e: Omit<SseEvent, 'id'> & { id?: string }): string {
  */
 export async function sendEventStream(app: FastifyInstance, req: FastifyRequest, reply: FastifyReply, target: StreamTarget, after?: string): Promise<void> {
   const { config } = app.container;
-  const { follower, open } = protocolServices(app.container);
+  const { follower, drain } = protocolServices(app.container);
   const rootId = rootIdOf(target);
   reply.hijack();
   const res = reply.raw;
@@ -92,12 +100,11 @@ export async function sendEventStream(app: FastifyInstance, req: FastifyRequest,
   write('retry: 1000\n\n');
 
   const abort = new AbortController();
-  open.add(abort);
   const onClose = () => abort.abort();
   res.on('close', onClose);
   const heartbeat = setInterval(() => write(': ping\n\n'), config.SSE_HEARTBEAT_MS);
   try {
-    await follower.follow(target, { requestId: req.id, after, signal: abort.signal, recheckMs: config.SSE_HEARTBEAT_MS }, (e) => write(formatEvent(e)));
+    await follower.follow(target, { requestId: req.id, after, signal: abort.signal, recheckMs: config.SSE_HEARTBEAT_MS, drain }, (e) => write(formatEvent(e)));
   } catch (err) {
     req.log.error({ err }, 'event stream failed');
     // No id: a reconnect resumes from the last event that did arrive.
@@ -106,7 +113,6 @@ export async function sendEventStream(app: FastifyInstance, req: FastifyRequest,
   } finally {
     clearInterval(heartbeat);
     res.off('close', onClose);
-    open.delete(abort);
     if (!res.writableEnded) res.end();
   }
 }
@@ -185,10 +191,9 @@ export async function streamToolCall(app: FastifyInstance, req: FastifyRequest, 
 }
 
 export async function streamRoutes(app: FastifyInstance): Promise<void> {
-  const { protocol, open } = protocolServices(app.container);
-  app.addHook('preClose', async () => {
-    for (const a of open) a.abort();
-  });
+  const { protocol, drain } = protocolServices(app.container);
+  // Not awaited: the server stops listening meanwhile, and its close waits for these responses to end.
+  app.addHook('preClose', async () => drain.start(streamDrainMs(app.container.config.SHUTDOWN_GRACE_MS)));
 
   /** Replays a job's stored events, then follows it live until its result or error (same key only). */
   const eventsSchema = {
