@@ -202,7 +202,8 @@ export async function streamRoutes(app: FastifyInstance): Promise<void> {
     summary: "A job's Server-Sent Events",
     description:
       `${ENDPOINTS['GET /jobs/{id}/events']}. Events: queued, progress (and step, as each step of a chain or parallel request ends), then ` +
-      'result or error; every id is `<root job id>:<cursor>`. A stream that fails after it started ends with an error event (internal_error) without an id.',
+      'result or error; every id is `<root job id>:<cursor>`. A stream that fails after it started ends with an error event (internal_error) without an id; ' +
+      'one whose server shuts down first ends with a reconnect event without an id (resume with Last-Event-ID elsewhere).',
     params: JobIdParams,
     parameters: ['Last-Event-ID'],
     response: {
