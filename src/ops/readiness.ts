@@ -51,29 +51,48 @@ async function appliedVersions(pool: DatabasePool): Promise<Set<string> | null> 
   return rows === null ? null : new Set(rows.map(String));
 }
 
-/** Checks Redis, Postgres and the migrations at once, each bounded by READY_CHECK_MS. */
-export async function readiness(deps: { redis: Redis; pool: DatabasePool }): Promise<Readiness> {
+type Deps = { redis: Redis; pool: DatabasePool };
+type Checked = Pick<Readiness, 'checks' | 'pending_migrations'>;
+
+// One check at a time per process's connections: requests that arrive while one runs share its answer,
+// so a flood of unauthenticated probes costs one PING and one query at a time, not a pool's worth.
+const running = new WeakMap<Deps, Promise<Checked>>();
+
+async function check(deps: Deps): Promise<Checked> {
   shipped ??= migrationFiles();
   const [pong, applied, files] = await Promise.all([within(READY_CHECK_MS, () => deps.redis.ping()), appliedVersions(deps.pool), shipped]);
   const pending = applied ? files.filter((f) => !applied.has(migrationVersion(f))) : [];
-  const checks: Readiness['checks'] = {
-    redis: pong === null ? 'down' : 'ok',
-    postgres: applied === null ? 'down' : 'ok',
-    migrations: applied === null ? 'unknown' : pending.length ? 'pending' : 'ok',
+  return {
+    checks: {
+      redis: pong === null ? 'down' : 'ok',
+      postgres: applied === null ? 'down' : 'ok',
+      migrations: applied === null ? 'unknown' : pending.length ? 'pending' : 'ok',
+    },
+    ...(pending.length ? { pending_migrations: pending } : {}),
   };
+}
+
+/** Checks Redis, Postgres and the migrations at once, each bounded by READY_CHECK_MS. */
+export async function readiness(deps: Deps): Promise<Readiness> {
+  let shared = running.get(deps);
+  if (!shared) {
+    shared = check(deps).finally(() => running.delete(deps));
+    running.set(deps, shared);
+  }
+  const { checks, pending_migrations } = await shared;
   const draining = drainingSince !== null;
   const ready = checks.redis === 'ok' && checks.postgres === 'ok' && checks.migrations === 'ok' && !draining;
   return {
     status: ready ? 'ready' : 'not_ready',
     checks,
-    ...(pending.length ? { pending_migrations: pending } : {}),
+    ...(pending_migrations ? { pending_migrations } : {}),
     draining,
     time: new Date().toISOString(),
   };
 }
 
 /** The same check in the shape a METRICS_PORT listener takes (src/ops/metrics.ts). */
-export const readinessProbe = (deps: { redis: Redis; pool: DatabasePool }) => async () => {
+export const readinessProbe = (deps: Deps) => async () => {
   const body = await readiness(deps);
   return { ready: body.status === 'ready', body };
 };

@@ -5,7 +5,7 @@ import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { FAMILIES } from '../../src/config.js';
-import { startDraining } from '../../src/ops/readiness.js';
+import { readiness, startDraining } from '../../src/ops/readiness.js';
 import { startHarness, json, type Harness } from '../helpers/harness.js';
 import { closedPort, startHttpTarget, type HttpTarget } from '../helpers/http-targets.js';
 
@@ -248,6 +248,33 @@ describe('a worker process', () => {
     expect(after).toMatchObject({ status: 503, body: { status: 'degraded', down: ['workers:web'] } });
     expect((await get(apiPort, '/readyz')).status).toBe(200);
   }, 120_000);
+});
+
+describe('a flood of probes', () => {
+  it('shares one check among the probes that arrive while it runs', async () => {
+    // The harness's own pool, counted on its way through (the queries are real).
+    const { pool, redis } = h.container;
+    let queries = 0;
+    const counted = new Proxy(pool, {
+      get: (target, key, receiver) =>
+        key === 'anyFirst'
+          ? (...args: unknown[]) => (queries++, (target.anyFirst as (...a: unknown[]) => unknown).apply(target, args))
+          : Reflect.get(target, key, receiver),
+    });
+    const deps = { redis, pool: counted };
+    const answers = await Promise.all(Array.from({ length: 200 }, () => readiness(deps)));
+    expect(queries).toBe(1);
+    expect(new Set(answers.map((a) => a.status))).toEqual(new Set(['ready']));
+    // The next one checks again.
+    await readiness(deps);
+    expect(queries).toBe(2);
+
+    // Over HTTP, 200 at once all answer, in time.
+    const t0 = Date.now();
+    const statuses = await Promise.all(Array.from({ length: 200 }, () => get(apiPort, '/readyz').then((r) => r.status)));
+    expect(statuses.filter((s) => s !== 200)).toEqual([]);
+    expect(Date.now() - t0).toBeLessThan(2_000);
+  });
 });
 
 describe('draining in this process', () => {

@@ -1,7 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import scalarReference from '@scalar/fastify-api-reference';
-import { sql } from '../../db/pool.js';
 import { DEFERRED_WARNING } from '../../pay/x402/settler.js';
 import { catalogue, rootDocument, toolDetail, manifest } from '../../calls/catalogue.js';
 import { getTool } from '../../tools/index.js';
@@ -160,7 +159,7 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
   );
 
   /**
-   * Each dependency (Redis, Postgres: `ok` or `down`, 1 s each) and the live workers per family from
+   * Each dependency (Redis, Postgres: `ok` or `down`, as GET /readyz checks them) and the live workers per family from
    * their heartbeats (src/queue/heartbeat.ts), for people and dashboards; readiness is GET /readyz.
    * 200 `ok`, or 503 `degraded` with `down` naming what is missing: a dependency, or an expected family
    * (one that had a worker within the last day) with no live worker (`workers:<family>`).
@@ -179,13 +178,12 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
       } satisfies RouteSchema,
     },
     async (_req, reply) => {
-      const { redis: client, pool } = app.container;
-      const [pong, pg, workers] = await Promise.all([
-        within(READY_CHECK_MS, () => client.ping()),
-        within(READY_CHECK_MS, () => pool.query(sql.unsafe`SELECT 1`)),
-        within(READY_CHECK_MS, () => workerCounts(client, config.REDIS_PREFIX)),
+      // Redis and Postgres as /readyz sees them (one shared check), the workers from their heartbeats.
+      const [ready, workers] = await Promise.all([
+        readiness(app.container),
+        within(READY_CHECK_MS, () => workerCounts(app.container.redis, config.REDIS_PREFIX)),
       ]);
-      const checks = { redis: pong === null ? 'down' : 'ok', postgres: pg === null ? 'down' : 'ok' };
+      const checks = { redis: ready.checks.redis, postgres: ready.checks.postgres };
       const down: string[] = [];
       if (checks.redis === 'down') down.push('redis');
       if (checks.postgres === 'down') down.push('postgres');
