@@ -29,6 +29,7 @@ import { InFlightSlots, slotOwner } from './access/in-flight.js';
 import { Metrics } from './ops/metrics.js';
 import { workerCounts } from './queue/heartbeat.js';
 import { Webhooks } from './calls/webhooks.js';
+import { Alerts } from './calls/alerts.js';
 
 export interface Container {
   config: Config;
@@ -61,6 +62,8 @@ export interface Container {
   workers?: WorkerPool;
   /** Callback-Url checks, signing secrets, and the delivery queue (its worker runs where tool workers do). */
   webhooks?: Webhooks;
+  /** Spend alerts (PUT /alerts), checked after every settlement batch that charged. */
+  alerts?: Alerts;
   close(): Promise<void>;
 }
 
@@ -147,6 +150,10 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   settler.onEnded = (entries) => webhooks.ended(entries);
   c.webhooks = webhooks;
   closers.push(() => webhooks.close());
+  // Every committed charge has its account's spend thresholds checked, once across replicas.
+  const alerts = new Alerts({ pool, webhooks, log });
+  settler.onCharged = (entries) => alerts.check(entries);
+  c.alerts = alerts;
 
   if (opts.workerFamilies.length) {
     // The event log keeps progress for SSE replay (GET /jobs/{id}/events, src/queue/job-events.ts).

@@ -30,6 +30,9 @@ export const ENDPOINTS: Record<string, string> = {
   'GET /webhooks/secret':
     'The account\u2019s webhook signing secret (created on first use; production key only). Callback-Url on a call gets its outcome POSTed, signed, when it ends',
   'POST /webhooks/secret': 'Roll the webhook signing secret (production key only)',
+  'PUT /alerts': "Spend alerts: percents of sub-keys' and grants' monthly caps and a low balance, sent once per threshold and period as signed webhook events",
+  'GET /alerts': "The account's spend alerts and every event they sent (production key only)",
+  'DELETE /alerts': "Remove the account's spend alerts",
   'POST /credits/topup': 'Buy credits with an x402 payment: 402 with the exact amount, then settled and credited once',
   'GET /subscribe': 'Plans and how to sign up, with a partner\u2019s attribution_code (HTML, or JSON on Accept: application/json)',
   'POST /signup': 'Create a free account and its key (SIGNUP_ENABLED; rate-limited per address)',

@@ -293,9 +293,11 @@ export class ToolRunner {
       await this.releaseHold(data, jobId);
       throw new JobFailure(AppError.fromJSON(prior.body as unknown as SerializedError), true);
     }
-    // Its charge is durable: the hold (if a crash left it) goes, as the settler would have dropped it.
+    // Its charge is durable: the hold (if a crash left it) goes, as the settler would have dropped it,
+    // and its spend alerts are checked (the run that settled may have died before it checked them).
     if (data.accountId && data.priceCents > 0) {
       await this.deps.credits.settled([{ accountId: data.accountId, holdId: jobId }]).catch(() => {});
+      await this.deps.settler.onCharged?.([{ accountId: data.accountId, keyId: data.keyId }]).catch(() => {});
     }
     // The answer is job_results' own: a large one travels as a reference to it (src/calls/worker-pool.ts).
     job.resultBytes = Buffer.byteLength(JSON.stringify(prior.body.result) ?? 'null');

@@ -40,8 +40,8 @@ const WATCH_GIVE_UP_MS = 48 * 3600_000;
 const RESPONSE_PEEK_BYTES = 4096;
 const URL_MAX = 2048;
 
-/** Where a refused Callback-Url is named: the header on POST /tools/{name}, the field on POST /. */
-export type CallbackSource = 'Callback-Url' | 'callback_url';
+/** Where a refused Callback-Url is named: the header on POST /tools/{name}, the field on POST /, PUT /alerts' `url`. */
+export type CallbackSource = 'Callback-Url' | 'callback_url' | 'url';
 
 function refuse(source: CallbackSource, message: string, extra: Record<string, unknown> = {}): AppError {
   return new AppError('invalid_input', `${source} refused: ${message}`, { ...extra, issues: [{ path: [source], message }] });
@@ -184,6 +184,16 @@ export interface DeliveryData {
   url: string;
   /** `webhook-id`: the same on every retry, and signed, so receivers can drop duplicates. */
   deliveryId: string;
+  /** An account event (src/calls/alerts.ts), not a job's outcome: its type, sent as `tollgate-event`. */
+  event?: string;
+}
+
+/** An account event to deliver: its body is already stored in webhook_jobs under `evt_<id>`. */
+export interface AccountEvent {
+  id: string;
+  accountId: string;
+  type: string;
+  url: string;
 }
 
 /** Members of the pending set not yet bound to a job: `claim:<random>`. */
@@ -412,11 +422,25 @@ export class Webhooks {
     }
   }
 
-  private async enqueue(jobId: string, accountId: string, url: string): Promise<void> {
+  /**
+   * Queues the deliveries of account events (spend alerts) whose body and webhook_jobs row are
+   * written. The webhook-id is the event's own id, and the BullMQ job id is derived from it, so an
+   * event queued twice (two replicas picking up one whose queueing was lost) is delivered once.
+   */
+  async events(events: AccountEvent[]): Promise<void> {
+    for (const e of events) await this.enqueue(`evt_${e.id}`, e.accountId, e.url, { deliveryId: `evt_${e.id}`, event: e.type });
+  }
+
+  private async enqueue(
+    jobId: string,
+    accountId: string,
+    url: string,
+    as: Pick<DeliveryData, 'deliveryId' | 'event'> = { deliveryId: `dlv_${randomUUID()}` },
+  ): Promise<void> {
     const { config } = this.deps;
     await this.queue.add(
       'deliver',
-      { jobId, accountId, url, deliveryId: `dlv_${randomUUID()}` },
+      { jobId, accountId, url, ...as },
       {
         jobId: `hook-${jobId}`,
         attempts: config.WEBHOOK_ATTEMPTS,
@@ -541,7 +565,7 @@ export class Webhooks {
    * or not, gives the account's pending place back.
    */
   private async deliver(job: Job<DeliveryData>): Promise<void> {
-    const { jobId, accountId, url: raw, deliveryId } = job.data;
+    const { jobId, accountId, url: raw, deliveryId, event } = job.data;
     const { config, pool } = this.deps;
     const attempt = job.attemptsMade + 1;
     let status: number | null = null;
@@ -572,7 +596,7 @@ export class Webhooks {
           'webhook-id': deliveryId,
           'webhook-timestamp': String(timestamp),
           'webhook-signature': webhookSignature(secret, deliveryId, timestamp, raw_),
-          'tollgate-job-id': jobId,
+          ...(event ? { 'tollgate-event': event } : { 'tollgate-job-id': jobId }),
         },
         body: raw_,
         headersTimeout: config.WEBHOOK_TIMEOUT_MS,

@@ -25,6 +25,7 @@ import { paidMcpRoutes } from './mcp/paid.js';
 import { openAiRoutes } from './openai.js';
 import { installCors, openApiRoutes, recordRoutes } from './http/openapi.js';
 import { webhookRoutes } from './http/webhooks.js';
+import { alertRoutes } from './http/alerts.js';
 import { creditRoutes } from './http/credits.js';
 import { signupRoutes } from './http/signup.js';
 import { oauthRoutes } from './http/oauth.js';
@@ -56,6 +57,7 @@ export async function registerFaces(app: FastifyInstance): Promise<void> {
   await app.register(openAiRoutes);
   await app.register(openApiRoutes);
   await app.register(webhookRoutes);
+  await app.register(alertRoutes);
   await app.register(creditRoutes);
   await app.register(signupRoutes);
   await app.register(oauthRoutes);

@@ -100,6 +100,11 @@ export class Settler {
    * every keyed job's end passes, worker side (src/calls/webhooks.ts queues the delivery, once per job).
    */
   onEnded: ((entries: Array<Pick<Settlement, 'jobId' | 'accountId' | 'callbackUrl'>>) => Promise<void>) | null = null;
+  /**
+   * Told of every committed charge, before its caller is answered (src/calls/alerts.ts checks the spend
+   * thresholds of the accounts and keys charged). Its failure costs an alert's timing, never a charge.
+   */
+  onCharged: ((entries: Array<Pick<Settlement, 'accountId' | 'keyId'>>) => Promise<void>) | null = null;
 
   constructor(
     /**
@@ -202,7 +207,14 @@ export class Settler {
         this.log.warn({ err: err.message, jobs: hooked.length }, 'queueing webhook deliveries failed'),
       );
     }
-    await this.dropHoldsAndFreeSlots(batch, settled);
+    // A redelivery's second settlement counts too: the check reads committed state, so it is only ever late, never double.
+    const charged = this.onCharged ? batch.filter((p) => p.entry.status === 'completed' && p.entry.amount > 0).map((p) => p.entry) : [];
+    await Promise.all([
+      this.dropHoldsAndFreeSlots(batch, settled),
+      charged.length
+        ? this.onCharged!(charged).catch((err: Error) => this.log.warn({ err: err.message, entries: charged.length }, 'checking spend alerts failed'))
+        : undefined,
+    ]);
     batch.forEach((p, i) => p.resolve(settled[i]!));
   }
 
