@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { sql, type DatabasePool } from '../db/pool.js';
+import type { CommonQueryMethods } from 'slonik';
+import { sql } from '../db/pool.js';
 import { PLANS } from '../tools/types.js';
 import { KEY_TYPES, generateKey, type KeyType } from './key-format.js';
 import { AppError } from '../errors.js';
@@ -98,8 +99,27 @@ const MAX_PREDECESSORS = 1_000;
 
 const monthStart = sql.fragment`date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`;
 
+/** One page of the operators' account list (newest first); `after`: the last account id of the page before. */
+export interface AccountQuery {
+  plan?: Account['plan'];
+  nameContains?: string;
+  createdFrom?: string;
+  createdTo?: string;
+  after?: string;
+  limit: number;
+}
+
 export class AccountsRepo {
-  constructor(private readonly pool: DatabasePool) {}
+  /** `pool`: the pool, or a transaction's connection, so a change can commit with what the caller writes beside it. */
+  constructor(private readonly pool: CommonQueryMethods) {}
+
+  /**
+   * Runs `work` in one transaction, with a repository on it: what `work` writes beside the
+   * repository's own statements (an audit record) commits with them or not at all.
+   */
+  inTransaction<T>(work: (accounts: AccountsRepo, tx: CommonQueryMethods) => Promise<T>): Promise<T> {
+    return this.pool.transaction((tx) => work(new AccountsRepo(tx), tx));
+  }
 
   async createAccount(input: { plan: Account['plan']; credits: number; name?: string | null }): Promise<Account> {
     return this.pool.transaction(async (tx) => {
@@ -116,6 +136,34 @@ export class AccountsRepo {
   async getAccount(id: string): Promise<Account> {
     const row = await this.pool.maybeOne(sql.type(AccountSchema)`
       SELECT id, name, plan, credits, rpm, elite, max_in_flight, created_at FROM accounts WHERE id = ${id}`);
+    if (!row) throw new AppError('not_found', `No account ${id}`);
+    return row;
+  }
+
+  /**
+   * Accounts newest first, filtered, keyset-paged on (created_at, id): the page after `after` starts
+   * below that account, so pages neither repeat nor skip one while accounts are being created.
+   */
+  async listAccounts(q: AccountQuery): Promise<Account[]> {
+    // LIKE's own wildcards in the text are matched literally.
+    const pattern = q.nameContains === undefined ? null : '%' + q.nameContains.replace(/[\\%_]/g, (c) => '\\' + c) + '%';
+    const rows = await this.pool.any(sql.type(AccountSchema)`
+      SELECT id, name, plan, credits, rpm, elite, max_in_flight, created_at FROM accounts
+      WHERE true
+        ${q.plan ? sql.fragment`AND plan = ${q.plan}` : sql.fragment``}
+        ${pattern !== null ? sql.fragment`AND name ILIKE ${pattern}` : sql.fragment``}
+        ${q.createdFrom ? sql.fragment`AND created_at >= ${q.createdFrom}::timestamptz` : sql.fragment``}
+        ${q.createdTo ? sql.fragment`AND created_at < ${q.createdTo}::timestamptz` : sql.fragment``}
+        ${q.after ? sql.fragment`AND (created_at, id) < (SELECT created_at, id FROM accounts WHERE id = ${q.after})` : sql.fragment``}
+      ORDER BY created_at DESC, id DESC
+      LIMIT ${q.limit}`);
+    return [...rows];
+  }
+
+  /** The account, its row locked until the caller's transaction ends (for a change recorded with its state before). */
+  async lockAccount(id: string): Promise<Account> {
+    const row = await this.pool.maybeOne(sql.type(AccountSchema)`
+      SELECT id, name, plan, credits, rpm, elite, max_in_flight, created_at FROM accounts WHERE id = ${id} FOR UPDATE`);
     if (!row) throw new AppError('not_found', `No account ${id}`);
     return row;
   }
@@ -242,6 +290,14 @@ export class AccountsRepo {
       UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now())
       WHERE id = ${keyId} AND account_id = ${accountId}
       RETURNING id AS key_id, type, revoked_at, key_hash`);
+  }
+
+  /** One key without its secret or hash, with its account; locked until the caller's transaction ends. Null when there is none. */
+  async lockKey(keyId: string): Promise<(KeyInfo & { account_id: string }) | null> {
+    return this.pool.maybeOne(sql.type(KeyInfoSchema.extend({ account_id: z.string().uuid() }))`
+      SELECT id AS key_id, account_id, type, display_prefix, name, created_at, last_used_at, revoked_at, expires_at, replaced_by_key_id
+      FROM api_keys WHERE id = ${keyId}
+      FOR UPDATE`);
   }
 
   /** Cents charged this calendar month (UTC) by one key. */

@@ -29,6 +29,7 @@ import { alertRoutes } from './http/alerts.js';
 import { creditRoutes } from './http/credits.js';
 import { signupRoutes } from './http/signup.js';
 import { oauthRoutes } from './http/oauth.js';
+import { adminApiRoutes } from './http/admin-api.js';
 
 export async function registerFaces(app: FastifyInstance): Promise<void> {
   const { config } = app.container;
@@ -44,6 +45,8 @@ export async function registerFaces(app: FastifyInstance): Promise<void> {
   await app.register(metricsRoutes);
   // The queue dashboard at /admin/queues, only with ADMIN_TOKEN (its own auth, no API key, no rate limit).
   await app.register(dashboardRoutes);
+  // The admin API under /admin/v1 (ADMIN_TOKEN as a bearer; 404 without it), the admin CLI's service over HTTP.
+  await app.register(adminApiRoutes);
   await app.register(callRoutes);
   await app.register(rootRoutes);
   await app.register(streamRoutes);

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { CommonQueryMethods, DatabasePool } from 'slonik';
+import type { CommonQueryMethods } from 'slonik';
 import { sql } from '../db/pool.js';
 import { AppError } from '../errors.js';
 
@@ -58,7 +58,7 @@ const Credited = z.object({ credits: z.number().int() });
  * the balance unchanged) when the line already exists, so retries and recoveries credit once. The
  * caller raises Redis's available-credit cache (CreditReservations.toppedUp) only when inserted.
  */
-export async function creditPaid(pool: DatabasePool, c: PaidCredit): Promise<{ inserted: boolean; credits: number }> {
+export async function creditPaid(pool: CommonQueryMethods, c: PaidCredit): Promise<{ inserted: boolean; credits: number }> {
   return pool.transaction(async (tx) => {
     const inserted = await tx.maybeOneFirst(sql.type(z.object({ id: z.number() }))`
       INSERT INTO ledger (entry_key, account_id, kind, delta_cents, payer, paid_cents)

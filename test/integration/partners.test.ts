@@ -57,6 +57,8 @@ async function admin(args: string[]) {
     return { code: 0, out: JSON.parse(stdout), err: null };
   } catch (e) {
     const err = e as { code: number; stderr: string };
+    // Exit code 2: a usage error, one plain line (then the usage); 1: the error envelope as JSON.
+    if (err.code === 2) return { code: 2, out: null, err: { usage: err.stderr.split('\n')[0] } as Record<string, unknown> };
     return { code: err.code, out: null, err: JSON.parse(err.stderr).error as Record<string, unknown> };
   }
 }
@@ -84,7 +86,7 @@ describe('partners, sign-up and shares', () => {
     expect(dup.code).toBe(1);
     expect(dup.err).toMatchObject({ code: 'invalid_input', reason: 'code_taken' });
     const bad = await admin(['partner', 'create', '--name', 'Bad', '--code', 'a b']);
-    expect(bad.err).toMatchObject({ code: 'invalid_input' });
+    expect(bad).toMatchObject({ code: 2, err: { usage: expect.stringMatching(/^error: partner create: --code must be/) } });
   }, 60_000);
 
   it('GET /subscribe: HTML by default, JSON on request; it says a code will be recorded without naming the partner, or that it is unknown', async () => {
@@ -183,7 +185,10 @@ describe('partners, sign-up and shares', () => {
     expect(acme).toMatchObject({ name: 'Acme Agency', referred_accounts: 1, new_accounts: 1, payments: 2, revenue_cents: 1333, share_cents: 266 });
     const other = await admin(['partner', 'report', '--month', '2001-01']);
     expect(other.out.partners.find((p: { code: string }) => p.code === CODE)).toMatchObject({ referred_accounts: 0, revenue_cents: 0, share_cents: 0 });
-    expect((await admin(['partner', 'report', '--month', '2026-13'])).err).toMatchObject({ code: 'invalid_input' });
+    expect(await admin(['partner', 'report', '--month', '2026-13'])).toMatchObject({
+      code: 2,
+      err: { usage: 'error: partner report: --month must be YYYY-MM' },
+    });
   }, 60_000);
 
   it('sign-ups are rate-limited per client address: 429 with Retry-After', async () => {

@@ -471,7 +471,9 @@ describe('operator commands (npm run admin -- payments ...)', () => {
     expect(final.code).toBe(1);
     expect(JSON.parse(final.stderr).error.code).toBe('not_found');
     const badTx = await admin(['payments', 'mark-settled', '--id', c, '--tx', '0x1234']);
-    expect(JSON.parse(badTx.stderr).error.code).toBe('invalid_input');
+    // A malformed flag is a usage error: one plain line naming it, then the usage, exit code 2.
+    expect(badTx.code).toBe(2);
+    expect(badTx.stderr.split('\n')[0]).toBe('error: payments mark-settled: --tx must be a 0x-prefixed 32-byte transaction hash');
 
     expect(JSON.parse((await admin(['payments', 'settle'])).stderr).error.message).toMatch(/X402_FACILITATOR_URL/);
     const waiting = ids.length - 2;
