@@ -199,6 +199,49 @@ describe('a sub-key crossing 50, 80 and 100% of its cap across two replicas', ()
   );
 });
 
+describe("an OAuth grant's cap", () => {
+  it(
+    "counts like a sub-key's: its settled charges cross the percents",
+    async () => {
+      const acct = await a.account('pro', 10_000);
+      // A grant as the OAuth token exchange writes it (src/access/oauth.ts); its charges settle like any key's.
+      const grantId = await a.container.pool.oneFirst(sql.type(z.object({ id: z.string() }))`
+      INSERT INTO api_keys (account_id, key_hash, display_prefix, type, name, monthly_limit_cents, allowed_tools)
+      VALUES (${acct.accountId}, ${`grant-test-${randomBytes(8).toString('hex')}`}, 'cv_oat_', 'grant', 'an agent', 100, ${sql.array(['compute'], 'text')})
+      RETURNING id`);
+      expect((await putAlerts(a, acct.apiKey, { cap_percents: [50, 100], url: `${base}/grant` })).statusCode).toBe(200);
+      const settle1 = (jobId: string, cents: number) =>
+        (jobId.length % 2 ? a : b).container.settler.settle({
+          jobId,
+          accountId: acct.accountId,
+          keyId: grantId,
+          tool: 'compute',
+          status: 'completed',
+          amount: cents,
+          costCents: cents,
+          result: { value: 1 },
+          sandbox: false,
+          agentName: null,
+          usage: null,
+          createdAt: null,
+          holdId: null,
+        });
+      await Promise.all([settle1(`core-${randomBytes(6).toString('hex')}`, 30), settle1(`core-${randomBytes(7).toString('hex')}`, 30)]);
+      const secret = await secretOf(acct);
+      await until('the 50% event', () => verified('/grant', secret).length >= 1, SLOW);
+      await settle();
+      const events = verified('/grant', secret);
+      expect(events).toHaveLength(1);
+      expect(events[0]!.data).toMatchObject({ key_id: grantId, key_type: 'grant', percent: 50, used_cents: 60, cap_cents: 100 });
+      // An event's id is no job: GET /jobs/{id} knows nothing of it, and tells nothing of its delivery.
+      const asJob = await a.request({ method: 'GET', url: `/jobs/${events[0]!.id}`, headers: bearer(acct.apiKey) });
+      expect(asJob.statusCode).toBe(404);
+      expect(asJob.body).not.toContain('webhook');
+    },
+    SLOW,
+  );
+});
+
 describe('balance.low', () => {
   it(
     'is sent once under the threshold, and again only after the balance rose back to it',
