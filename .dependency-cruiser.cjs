@@ -10,7 +10,7 @@
  *   access/  keys, auth, accounts, rate and concurrency limits, passports' access rules, edge tokens
  *   queue/ db/ sandbox/   Redis and BullMQ, Postgres, worker threads
  *   tools/   the catalogue's tools and their types
- *   errors.ts config.ts   the ground floor
+ *   errors.ts config.ts tracing.ts   the ground floor (tracing: the one API every room's spans go through)
  *
  * Exceptions, each with its reason:
  * - ops/metrics.ts may be imported from anywhere below faces: metrics are instrumentation every room
@@ -30,7 +30,7 @@ const path = {
   access: '^src/access/',
   infra: '^src/(queue|db|sandbox)/',
   tools: '^src/tools/',
-  ground: '^src/(errors|config)\\.ts$',
+  ground: '^src/(errors|config|tracing)\\.ts$',
 };
 const above = (room) => rooms.slice(0, rooms.indexOf(room));
 

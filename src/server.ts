@@ -5,6 +5,7 @@ import { ConfigError, FAMILIES } from './config.js';
 import { drainOnStopSignal } from './ops/readiness.js';
 import { warnUnopenableSealed } from './ops/sealed-check.js';
 import { unavailableTools } from './tools/index.js';
+import { startTracing } from './tracing.js';
 
 const config = configOrDie();
 const log = makeLogger(config);
@@ -13,6 +14,8 @@ const log = makeLogger(config);
 sealingKeysOrDie(config, log, { api: true });
 await checkServices(config, log);
 await runMigrations(config, log);
+// Traces when an OTLP endpoint is set (docs/guides/tracing.md); before the container, whose queues take it.
+const stopTracing = await startTracing('tollgate-api', (m) => log.warn(m));
 // A configuration that only fails once checked against the world (an x402 facilitator that does not
 // support our network, a chain with another id) stops here with one line, like a bad variable.
 const container = await createContainer(config, log, {
@@ -40,6 +43,7 @@ onStopSignal(
   async () => {
     await app.close();
     await container.close();
+    await stopTracing?.();
   },
   () => app.server.closeAllConnections(),
 );

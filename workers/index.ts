@@ -9,6 +9,7 @@ import { FAMILIES, type Family } from '../src/config.js';
 import { serveMetrics } from '../src/ops/metrics.js';
 import { drainOnStopSignal, readinessProbe } from '../src/ops/readiness.js';
 import { warnUnopenableSealed } from '../src/ops/sealed-check.js';
+import { startTracing } from '../src/tracing.js';
 
 const { values } = parseArgs({ options: { family: { type: 'string', multiple: true } }, allowPositionals: false });
 const asked = values.family ?? [];
@@ -26,6 +27,8 @@ const log = makeLogger(config);
 sealingKeysOrDie(config, log, { api: false });
 await checkServices(config, log);
 await runMigrations(config, log);
+// Traces when an OTLP endpoint is set (docs/guides/tracing.md): each job continues its caller's trace.
+const stopTracing = await startTracing('tollgate-worker', (m) => log.warn(m));
 const container = await createContainer(config, log, { api: false, workerFamilies: families });
 // One warning line per key that does not open what earlier starts sealed (a changed EDGE_TOKEN_KEY or PASSPORT_KEY).
 await warnUnopenableSealed(container, log);
@@ -47,6 +50,7 @@ log.info({ families }, 'worker process ready');
 drainOnStopSignal();
 onStopSignal(log, config.SHUTDOWN_GRACE_MS, async () => {
   await container.close();
+  await stopTracing?.();
   metricsServer?.close();
   metricsServer?.closeAllConnections();
 });

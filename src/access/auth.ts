@@ -10,6 +10,7 @@ import type { AccountsRepo, KeyRecord } from './accounts.js';
 import type { Plan } from '../tools/types.js';
 import { parseKey, type KeyType } from './key-format.js';
 import { keyToolSet, type KeyToolSet } from './tool-sets.js';
+import { traced } from '../tracing.js';
 
 /** Who is calling. Built once per request by authentication. */
 export interface KeyCaller {
@@ -291,7 +292,11 @@ export class KeyAuthenticator {
    * that address, and once it is past its limit every failure is a 429 and its unknown keys go to the
    * batched lookup. A key that authenticated recently skips the check, so valid keys never wait on it.
    */
-  async authenticate(header: string | undefined, address?: string, opts: { audience?: string } = {}): Promise<KeyCaller> {
+  authenticate(header: string | undefined, address?: string, opts: { audience?: string } = {}): Promise<KeyCaller> {
+    return traced('authenticate', () => this.authenticateKey(header, address, opts));
+  }
+
+  private async authenticateKey(header: string | undefined, address?: string, opts: { audience?: string } = {}): Promise<KeyCaller> {
     const throttle = address !== undefined ? this.throttle : undefined;
     const fail = async (err: AppError): Promise<never> => {
       const refusal = throttle ? await throttle.fail(address!) : null;

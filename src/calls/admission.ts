@@ -24,6 +24,7 @@ import { assertInKeyToolSet } from '../access/tool-sets.js';
 import type { CallJobData, CallResult } from '../queue/call-job.js';
 import { parseOrThrow } from '../errors.js';
 import type { DeferredHit } from '../access/rate-limit.js';
+import { annotate, callAttributes, traced } from '../tracing.js';
 
 export type CallAnswer =
   | { status: 200; jobId: string; body: CallResult }
@@ -132,7 +133,7 @@ export class CallService {
    */
   async reserve(caller: Caller, jobs: Array<{ jobId: string; data: CallJobData }>, rate?: DeferredHit): Promise<void> {
     try {
-      await this.admit(caller, jobs, rate);
+      await traced('admission', () => this.admit(caller, jobs, rate), { 'tollgate.jobs': jobs.length });
     } catch (e) {
       // Redis or Postgres unreachable: 503 with Retry-After. Whatever was taken before the failure is
       // given back by the reconciler (no job will ever exist for it).
@@ -169,6 +170,7 @@ export class CallService {
     const edgeToken = opts.edgeToken ?? taken.edgeToken;
     const input = this.prepare(tool, taken.input, edgeToken);
     const jobId = newJobId(tool.family);
+    annotate(callAttributes({ tool: tool.name, family: tool.family, jobId, accountId: caller.kind === 'key' ? caller.accountId : null }));
     const data = this.jobData(caller, tool, input, opts.requestId, edgeToken);
     if (opts.callbackUrl && caller.kind === 'key') data.callbackUrl = opts.callbackUrl;
     await this.reserve(caller, [{ jobId, data }], opts.rateLimit);

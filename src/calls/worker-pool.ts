@@ -17,9 +17,28 @@ import { WorkerHeartbeat } from '../queue/heartbeat.js';
 import { findTool } from '../tools/index.js';
 import type { Metrics } from '../ops/metrics.js';
 import { isResultRef, refFor, type JobReturn, type ResultRefs } from '../queue/result-refs.js';
+import { annotate, callAttributes, jobContext, recordSpan, SpanKind, traced } from '../tracing.js';
 
 /** What a job returns to BullMQ: its answer (or a reference to it), or a caller's failure. */
 type Ending = JobReturn | FailedReturn;
+
+/**
+ * A job's part of its caller's trace (src/tracing.ts), continued from the context BullMQ stored with
+ * it when it was queued, on whichever machine this is: its wait in the queue (first attempt), then its
+ * run, parent of the sandbox, upstream HTTP and settlement spans. A job queued untraced just runs.
+ */
+function traceRun<T>(job: Job<CallJobData, unknown>, run: () => Promise<T>): Promise<T> {
+  const parent = jobContext(job.opts.telemetry?.metadata);
+  if (!parent) return run();
+  const attributes = callAttributes({
+    tool: job.data.tool,
+    family: findTool(job.data.tool)?.family ?? 'unknown',
+    jobId: job.id!,
+    accountId: job.data.accountId,
+  });
+  if (job.attemptsMade === 0 && job.processedOn) recordSpan('queue wait', job.timestamp, job.processedOn, attributes, parent);
+  return traced('tool run', run, { ...attributes, 'tollgate.attempt': job.attemptsMade + 1 }, { kind: SpanKind.CONSUMER, parent });
+}
 
 /** Reason given to a finished job's signal; one shared object, so no DOMException per job. */
 const JOB_FINISHED = new Error('job finished');
@@ -169,7 +188,7 @@ export class WorkerPool {
       throw new DelayedError();
     }
     try {
-      return await this.process(job);
+      return await traceRun(job, () => this.process(job));
     } finally {
       fair.end(owner);
     }
@@ -199,6 +218,7 @@ export class WorkerPool {
       m.queueWaitSeconds.observe({ family: labels.family }, Math.max(0, job.processedOn - job.timestamp) / 1000);
     // A call's outcome is counted once: when it succeeds or fails for good (not a failure to be retried).
     const finished = (outcome: string) => {
+      annotate({ 'tollgate.outcome': outcome });
       m?.toolRunSeconds.observe(labels, (performance.now() - started) / 1000);
       m?.toolCalls.inc({ ...labels, outcome });
     };
@@ -229,6 +249,7 @@ export class WorkerPool {
         },
       };
       const full = await this.deps.runner.run(job.data, run);
+      annotate({ 'tollgate.cost_cents': full.cost_cents });
       finished('ok');
       // The call is settled and answered now: a failure below must not fail (and re-run) it.
       const value = await this.compact(job, run, full);

@@ -10,6 +10,7 @@ import type { FastifyInstance } from 'fastify';
 import { installErrorHandling } from './http/plugins/errors.js';
 import { installJsonBodyParser } from './http/plugins/json-body.js';
 import { installInputGuard } from './http/plugins/input-guard.js';
+import { installTracing } from './http/plugins/tracing.js';
 import { metaRoutes } from './http/meta.js';
 import { metricsRoutes } from './http/metrics.js';
 import { dashboardRoutes } from '../ops/dashboard.js';
@@ -35,6 +36,8 @@ export async function registerFaces(app: FastifyInstance): Promise<void> {
   const { config } = app.container;
   // Every route from here on states its schema; GET /openapi.json is generated from them.
   recordRoutes(app);
+  // A span per request and the W3C traceparent in and out, while tracing is on (src/tracing.ts).
+  installTracing(app);
   installErrorHandling(app);
   installJsonBodyParser(app, config.MAX_JSON_DEPTH);
   // U+0000 and unpaired surrogates in a path, query or header: 400 at the door (bodies: the parser above).

@@ -10,6 +10,7 @@ import type { CreditReservations } from './holds.js';
 import type { Metrics } from '../ops/metrics.js';
 import type { StoredOutcome } from '../queue/call-job.js';
 import { pgSafeJson } from '../db/pg-text.js';
+import { traced } from '../tracing.js';
 
 /**
  * One finished call made with a key: its charge (if any) and its answer, written together. Keyed by the
@@ -125,10 +126,12 @@ export class Settler {
 
   /** Resolves once the settlement is committed (or found already there). */
   settle(entry: Settlement): Promise<Settled> {
-    return new Promise((resolve, reject) => {
-      this.queue.push({ entry, resolve, reject });
-      this.schedule();
-    });
+    const settled = () =>
+      new Promise<Settled>((resolve, reject) => {
+        this.queue.push({ entry, resolve, reject });
+        this.schedule();
+      });
+    return traced('settlement', settled, { 'tollgate.outcome': entry.status, 'tollgate.cost_cents': entry.costCents });
   }
 
   /**

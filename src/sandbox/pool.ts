@@ -10,6 +10,7 @@ import type { AnyTool, ToolProgress } from '../tools/types.js';
 import { limitExceeded, resolveLimits, THREAD_STACK_MB, youngGenerationMb, type ResolvedLimits, type ToolLimits } from './limits.js';
 import type { FromThread, SerializedFault, ThreadData, ThreadToolContext, Work } from './protocol.js';
 import { runTaskInline, TASKS, type TaskInput, type TaskName, type TaskOutput } from '../tools/tasks.js';
+import { traced } from '../tracing.js';
 
 /** One call's terms, as the runner states them. */
 export interface SandboxCall {
@@ -143,7 +144,12 @@ export class SandboxPool {
     );
   }
 
+  /** A span (while tracing is on) for the work's time in the pool: its wait for a thread and its run there. */
   private submit(work: Work, call: SandboxCall): Promise<string> {
+    return traced('sandbox', () => this.enqueue(work, call), { 'tollgate.sandbox.work': call.label });
+  }
+
+  private enqueue(work: Work, call: SandboxCall): Promise<string> {
     if (this.closed) return Promise.reject(new AppError('service_unavailable', 'The service is shutting down'));
     if (call.signal?.aborted) return Promise.reject(cancelled(call.label));
     return new Promise<string>((resolve, reject) => {

@@ -7,6 +7,7 @@ import { AppError, type ErrorCode } from '../../errors.js';
 import type { GuardedHttp, GuardedRequest, GuardedResponse, ToolProgress } from '../types.js';
 import { PinnedAgent, vetDestination } from './net-guard.js';
 import { errorCode, type DnsResolver } from './resolver.js';
+import { annotate, SpanKind, traced } from '../../tracing.js';
 
 /**
  * The guarded client every tool that reads the web for a caller shares (page_fetch, the web and media
@@ -90,7 +91,18 @@ export function hostLoad(host: string): number {
 // ---------------------------------------------------------------------------------------------
 
 export function createGuardedHttp(o: GuardedHttpOptions): GuardedHttp {
-  return { fetch: (url, opts) => guardedFetch(o, url, opts ?? {}) };
+  return { fetch: (url, opts) => tracedFetch(o, url, opts ?? {}) };
+}
+
+/** A client span per upstream request (redirects included), while tracing is on: method and status, never the URL (the caller's input). */
+function tracedFetch(o: GuardedHttpOptions, url: string | URL, req: GuardedRequest): Promise<GuardedResponse> {
+  const method = req.method ?? 'GET';
+  const fetched = async () => {
+    const res = await guardedFetch(o, url, req);
+    annotate({ 'http.response.status_code': res.status, 'tollgate.redirects': res.redirects.length });
+    return res;
+  };
+  return traced(`HTTP ${method}`, fetched, { 'http.request.method': method, 'tollgate.tool': o.tool }, { kind: SpanKind.CLIENT });
 }
 
 async function guardedFetch(o: GuardedHttpOptions, raw: string | URL, req: GuardedRequest): Promise<GuardedResponse> {
