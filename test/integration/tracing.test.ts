@@ -278,6 +278,19 @@ describe('tracing with an OTLP endpoint set', () => {
     assertNoSecrets(spans, [url, site.hostPort, '6 * 7']);
   }, 60_000);
 
+  it('makes a parallel request one trace, every tool run under the request', async () => {
+    const res = await post('/', { parallel: ['compute', 'compute'], q: '5 * 5' });
+    expect(res.status).toBe(200);
+    const traceId = res.headers.get('traceresponse')!.split('-')[1]!;
+    const spans = await traceOf(traceId, (s) => named(s, 'tool run').length === 2 && named(s, 'settlement').length === 2 && named(s, /^POST /).length === 1);
+    const server = one(spans, 'POST /');
+    for (const r of named(spans, 'tool run')) {
+      expect(r.attributes['tollgate.tool']).toBe('compute');
+      expect(descends(spans, r, server)).toBe(true);
+    }
+    assertNoSecrets(spans, ['5 * 5']);
+  }, 60_000);
+
   it("continues an async call's trace in the worker after the 202", async () => {
     const traceId = hex(16);
     const url = site.url('/expr');
