@@ -127,7 +127,7 @@ export const ConfigSchema = z
       .string()
       .default('')
       .describe(
-        'When set, the read-only queue dashboard (Bull Board) is served at /admin/queues behind this token: basic auth with the token as password (any user name), or `Authorization: Bearer <ADMIN_TOKEN>`. Unset: no dashboard (404).',
+        'When set, the admin API at /admin/v1 (`Authorization: Bearer <ADMIN_TOKEN>`) and the read-only queue dashboard (Bull Board) at /admin/queues (also basic auth with the token as password, any user name) are served behind this token. Unset: both are 404.',
       ),
     FETCH_ALLOWED_HOSTS: hostPortList.describe(
       '`host:port` pairs (comma-separated) that page_fetch may reach even though they resolve to addresses its SSRF guard blocks.',

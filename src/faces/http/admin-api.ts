@@ -177,7 +177,13 @@ const AddCreditsBody = z
 const RemoveCreditsBody = z.object({ cents: z.number().int().positive().max(1e12), reason: Reason, idempotency_key: IdempotencyKey.optional() }).strict();
 const CreateKeyBody = z.object({ type: z.enum(['production', 'test', 'agent', 'vip']), name: z.string().trim().min(1).max(200).optional() }).strict();
 const CreatePartnerBody = z.object({ name: z.string().trim().min(1).max(200), code: PartnerCode }).strict();
-const MonthQuery = z.object({ month: z.string().regex(/^\d{4}-(0[1-9]|1[0-2])$/, 'must be YYYY-MM') });
+const MonthQuery = z.object({
+  month: z
+    .string()
+    .regex(/^\d{4}-(0[1-9]|1[0-2])$/, 'must be YYYY-MM')
+    .optional()
+    .describe('YYYY-MM; default: the current month (UTC).'),
+});
 const MarkSettledBody = z.object({ tx_hash: z.string().regex(/^0x[0-9a-fA-F]{64}$/, 'must be a 0x-prefixed 32-byte transaction hash') }).strict();
 const MarkFailedBody = z.object({ reason: Reason }).strict();
 const AuditQuery = z.object({
@@ -454,12 +460,15 @@ export async function adminApiRoutes(app: FastifyInstance): Promise<void> {
           schema: {
             ...ADMIN,
             operationId: 'adminPartnerReport',
-            summary: 'Per partner, one month: referred accounts, revenue and share (cents)',
+            summary: 'Per partner, one month (default: this one): referred accounts, revenue and share (cents)',
             querystring: MonthQuery,
             response: { '200': ok(PartnerReport, 'The report.'), ...errors(['400', '404']) },
           } satisfies RouteSchema,
         },
-        async (req) => as(req).partnerReport(input<typeof MonthQuery>(req, 'querystring', 'Month is invalid').month),
+        async (req) => {
+          const { month } = input<typeof MonthQuery>(req, 'querystring', 'Month is invalid');
+          return as(req).partnerReport(month ?? new Date().toISOString().slice(0, 7));
+        },
       );
 
       // Payments

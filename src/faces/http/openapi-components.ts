@@ -208,7 +208,7 @@ export function securitySchemes(config: Config): Record<string, JsonSchema> {
         }
       : {}),
     metricsToken: { type: 'http', scheme: 'bearer', description: 'METRICS_TOKEN, for GET /metrics on the API port.' },
-    adminToken: { type: 'http', scheme: 'bearer', description: 'ADMIN_TOKEN, for the queue dashboard.' },
+    adminToken: { type: 'http', scheme: 'bearer', description: 'ADMIN_TOKEN, for the admin API (/admin/v1) and the queue dashboard.' },
   };
 }
 
