@@ -246,7 +246,11 @@ export class ToolRunner {
   }
 
   /** The fields every settlement of this job shares. */
-  private settlement(data: CallJobData, job: Pick<JobRun, 'id' | 'createdAt'>, status: Settlement['status']): Omit<Settlement, 'amount' | 'costCents' | 'result' | 'usage'> {
+  private settlement(
+    data: CallJobData,
+    job: Pick<JobRun, 'id' | 'createdAt'>,
+    status: Settlement['status'],
+  ): Omit<Settlement, 'amount' | 'costCents' | 'result' | 'usage'> {
     return {
       jobId: job.id,
       accountId: data.accountId!,

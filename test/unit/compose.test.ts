@@ -217,8 +217,8 @@ describe('docker-compose.yml', () => {
     };
     try {
       const checks = [
-        { test: SERVICES['worker-core']!.healthcheck!.test, env: { METRICS_PORT: String(port) } },
-        { test: SERVICES.api!.healthcheck!.test, env: { PORT: String(port) } },
+        { test: SERVICES['worker-core']!.healthcheck!.test, env: { METRICS_PORT: String(port) } as Record<string, string> },
+        { test: SERVICES.api!.healthcheck!.test, env: { PORT: String(port) } as Record<string, string> },
       ];
       for (const { test, env } of checks) {
         status = 200;
