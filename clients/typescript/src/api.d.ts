@@ -25,6 +25,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/livez": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Liveness: the process runs (no dependency is checked) */
+        get: operations["livez"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/readyz": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Readiness: this process can serve (Redis, Postgres, migrations, not draining) */
+        get: operations["readyz"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/health": {
         parameters: {
             query?: never;
@@ -32,7 +66,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Health of the service, its dependencies and worker families */
+        /** Health of the service, its dependencies and worker families (for people; probes are /livez and /readyz) */
         get: operations["health"];
         put?: never;
         post?: never;
@@ -168,6 +202,253 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/v1/accounts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Accounts, newest first, filtered and paged */
+        get: operations["adminListAccounts"];
+        put?: never;
+        /** Create an account with a production key (shown once) */
+        post: operations["adminCreateAccount"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/accounts/{account_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One account, with its use this month */
+        get: operations["adminShowAccount"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /** Change plan, elite or limits (rpm, max_in_flight); every replica applies them at once */
+        patch: operations["adminUpdateAccount"];
+        trace?: never;
+    };
+    "/admin/v1/accounts/{account_id}/credits/add": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Add credits (a ledger line), optionally recording money received */
+        post: operations["adminAddCredits"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/accounts/{account_id}/credits/remove": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Remove credits (a negative ledger line), never more than admission could still spend
+         * @description Refused with 402 insufficient_credits when the balance less the holds of calls in flight is below `cents`; a reason is required.
+         */
+        post: operations["adminRemoveCredits"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/accounts/{account_id}/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The account's keys, without secrets */
+        get: operations["adminListKeys"];
+        put?: never;
+        /** Create a key (shown once); VIP keys only for elite enterprise accounts */
+        post: operations["adminCreateKey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/keys/{key_id}/revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Revoke a key, on every replica at once
+         * @description Any key of any account, sub-keys and grants included. Revoking a revoked key changes nothing and answers its first revocation.
+         */
+        post: operations["adminRevokeKey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/partners": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Create a partner with a referral code */
+        post: operations["adminCreatePartner"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/partners/report": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Per partner, one month (default: this one): referred accounts, revenue and share (cents) */
+        get: operations["adminPartnerReport"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/payments": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** x402 payments awaiting settlement */
+        get: operations["adminListPayments"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/payments/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The same as JSON lines, each with the facilitator's /settle body */
+        get: operations["adminExportPayments"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/payments/settle": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Submit them to X402_FACILITATOR_URL, or on chain with X402_RPC_URL + X402_SETTLER_PRIVATE_KEY */
+        post: operations["adminSettlePayments"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/payments/{payment_id}/mark-settled": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Record a payment settled elsewhere, with its transaction hash */
+        post: operations["adminMarkPaymentSettled"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/payments/{payment_id}/mark-failed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Record a payment that will not be settled, with the reason */
+        post: operations["adminMarkPaymentFailed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The audit log: every change made through this API or the admin CLI, newest first */
+        get: operations["adminAudit"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs": {
         parameters: {
             query?: never;
@@ -241,7 +522,7 @@ export interface paths {
         };
         /**
          * A job's Server-Sent Events
-         * @description Server-Sent Events of a job: stored events replayed, then live ones until its result (same key only; Last-Event-ID resumes). Events: queued, progress (and step, as each step of a chain or parallel request ends), then result or error; every id is `<root job id>:<cursor>`. A stream that fails after it started ends with an error event (internal_error) without an id.
+         * @description Server-Sent Events of a job: stored events replayed, then live ones until its result (same key only; Last-Event-ID resumes). Events: queued, progress (and step, as each step of a chain or parallel request ends), then result or error; every id is `<root job id>:<cursor>`. A stream that fails after it started ends with an error event (internal_error) without an id; one whose server shuts down first ends with a reconnect event without an id (resume with Last-Event-ID elsewhere).
          */
         get: operations["jobEvents"];
         put?: never;
@@ -647,6 +928,34 @@ export interface paths {
          */
         post: operations["rollWebhookSecret"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/alerts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The account's spend alerts and every event they sent
+         * @description The account's spend alerts and every event they sent (production key only): the settings, then the events newest first with each delivery's attempts. The account's current production key only (other keys: 403 forbidden; a rotated key in its grace: 403 key_in_grace). Events are signed with the webhook secret (GET /webhooks/secret), as Standard Webhooks says.
+         */
+        get: operations["getAlerts"];
+        /**
+         * Set spend alerts: percents of sub-key and grant caps, a low balance, and where to send them
+         * @description Spend alerts: percents of sub-keys' and grants' monthly caps and a low balance, sent once per threshold and period as signed webhook events. Replaces the account's alerts and checks them at once: a threshold already passed is sent now. Each threshold sends one event per period (a calendar month for caps; for the balance, until it rises back), across every replica. The account's current production key only (other keys: 403 forbidden; a rotated key in its grace: 403 key_in_grace). Events are signed with the webhook secret (GET /webhooks/secret), as Standard Webhooks says.
+         */
+        put: operations["putAlerts"];
+        post?: never;
+        /**
+         * Remove the account's spend alerts
+         * @description No more events are sent; those sent stay listed by GET /alerts. The account's current production key only (other keys: 403 forbidden; a rotated key in its grace: 403 key_in_grace). Events are signed with the webhook secret (GET /webhooks/secret), as Standard Webhooks says.
+         */
+        delete: operations["deleteAlerts"];
         options?: never;
         head?: never;
         patch?: never;
@@ -2892,7 +3201,7 @@ export interface components {
         Open: {
             [key: string]: unknown;
         };
-        /** @description The service and its dependencies; 503 with `down` when something is missing. */
+        /** @description The service, its dependencies and its worker families, for people and dashboards (never a readiness probe); 503 with `down` when something is missing. */
         Health: {
             /** @enum {string} */
             status: "ok" | "degraded";
@@ -2911,9 +3220,40 @@ export interface components {
             worker_counts: {
                 [key: string]: number;
             } | null;
-            /** @description What is missing: redis, postgres, or workers:<family>. */
+            /** @description Families this deployment runs: those that had a live worker within the last day (null while Redis is down). */
+            families_expected: ("core" | "web" | "llm" | "edge" | "text" | "math" | "media")[] | null;
+            /** @description Families with no live worker now, expected or not: their calls wait in the queue (null while Redis is down). */
+            without_workers: ("core" | "web" | "llm" | "edge" | "text" | "math" | "media")[] | null;
+            /** @description What is missing: redis, postgres, or workers:<family> for an expected family. */
             down?: string[];
             warnings?: string[];
+            /** Format: date-time */
+            time: string;
+        };
+        /** @description The process runs; nothing else is checked. */
+        Liveness: {
+            /** @constant */
+            status: "ok";
+        };
+        /** @description Whether this process can serve: each check gives up after 1000 ms. Worker families are not part of it (see GET /health). */
+        Readiness: {
+            /** @enum {string} */
+            status: "ready" | "not_ready";
+            checks: {
+                /** @enum {string} */
+                redis: "ok" | "down";
+                /** @enum {string} */
+                postgres: "ok" | "down";
+                /**
+                 * @description Every migration file this build ships is applied (`unknown` while Postgres is down).
+                 * @enum {string}
+                 */
+                migrations: "ok" | "pending" | "unknown";
+            };
+            /** @description The migration files not applied yet. */
+            pending_migrations?: string[];
+            /** @description The process got SIGTERM or SIGINT: it finishes what it holds and should get nothing new. */
+            draining: boolean;
             /** Format: date-time */
             time: string;
         };
@@ -3852,6 +4192,61 @@ export interface components {
                 sandbox?: true;
             };
         };
+        AlertSettingsInput: {
+            /**
+             * @description Percents (1 to 100) of each sub-key's or OAuth grant's monthly cap; each sends spend.threshold_crossed once a month per key.
+             * @default []
+             */
+            cap_percents: number[];
+            /**
+             * @description Send balance.low once when the balance falls under this many cents, again only after it has risen back to it.
+             * @default null
+             */
+            balance_below_cents: number | null;
+            /** @description Where events are POSTed: https, public addresses only (checked like Callback-Url). */
+            url: string;
+        };
+        AlertSettings: {
+            /** @description Ascending, each once. */
+            cap_percents: number[];
+            balance_below_cents: number | null;
+            url: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        AlertEvent: {
+            /** @description The event's id: the webhook-id of its delivery, the same on every retry. */
+            id: string;
+            /** @enum {string} */
+            type: "spend.threshold_crossed" | "balance.low";
+            /** @description What was sent as `data`. spend.threshold_crossed: key_id, key_type (sub or grant), key_name, percent, used_cents, cap_cents, period (YYYY-MM, UTC). balance.low: balance_cents, threshold_cents. */
+            data: {
+                [key: string]: unknown;
+            };
+            /** Format: date-time */
+            created_at: string;
+            webhook: {
+                url: string;
+                deliveries: {
+                    /** Format: date-time */
+                    at: string;
+                    status: number | null;
+                    ok: boolean;
+                    error?: string;
+                }[];
+                delivered_at: string | null;
+            };
+        };
+        Alerts: {
+            /** @description null: the account has no alerts set. */
+            settings: components["schemas"]["AlertSettings"] | null;
+            /** @description Every event sent, newest first, a page at a time. */
+            events: components["schemas"]["AlertEvent"][];
+            /** @description Pass as `cursor` for the next (older) page; null on the last page. */
+            next_cursor: string | null;
+        };
         Topup: {
             /** @description Credits added, in cents. */
             cents: number;
@@ -3910,6 +4305,38 @@ export interface components {
             } | null;
             /** @description How to buy credits. */
             topup: string;
+        };
+        AdminAccount: {
+            /** Format: uuid */
+            account_id: string;
+            name: string | null;
+            /** @enum {string} */
+            plan: "free" | "starter" | "pro" | "enterprise";
+            /** @description Balance in cents. */
+            credits: number;
+            /** @description Requests per minute; null: the plan's default. */
+            rpm: number | null;
+            elite: boolean;
+            /** @description Jobs in flight at once; null: the plan's default. */
+            max_in_flight: number | null;
+            /** Format: date-time */
+            created_at: string;
+        };
+        AuditRecord: {
+            id: number;
+            at: string;
+            actor: {
+                /** @enum {string} */
+                kind: "admin-api" | "cli" | "system";
+                id: string;
+            };
+            request_id: string | null;
+            /** @enum {string} */
+            action: "account.create" | "account.update" | "credits.add" | "credits.remove" | "key.create" | "key.revoke" | "partner.create" | "payment.mark_settled" | "payment.mark_failed" | "payments.settle";
+            account_id: string | null;
+            target_id: string | null;
+            before?: unknown;
+            after?: unknown;
         };
         TopupRequest: {
             /** @description Credits to buy, in cents (TOPUP_MIN_CENTS to TOPUP_MAX_CENTS); the 402 asks for exactly this many cents of USDC. */
@@ -4223,6 +4650,58 @@ export interface operations {
             504: components["responses"]["Timeout"];
         };
     };
+    livez: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The process runs. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Liveness"];
+                };
+            };
+        };
+    };
+    readyz: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Ready. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Readiness"];
+                };
+            };
+            /** @description Not ready: `checks` and `draining` say why. */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Readiness"];
+                };
+            };
+        };
+    };
     health: {
         parameters: {
             query?: never;
@@ -4485,6 +4964,769 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminListAccounts: {
+        parameters: {
+            query?: {
+                plan?: "free" | "starter" | "pro" | "enterprise";
+                /** @description Case-insensitive part of the name. */
+                name_contains?: string;
+                /** @description Created at or after. */
+                created_from?: string;
+                /** @description Created before. */
+                created_to?: string;
+                /** @description The previous page's next_cursor. */
+                cursor?: string;
+                /** @description Page size, 1 to 200 (default 50). */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of accounts. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description Newest first. */
+                        accounts: components["schemas"]["AdminAccount"][];
+                        /** @description Pass as `cursor` for the next page; null on the last. */
+                        next_cursor: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminCreateAccount: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @enum {string} */
+                    plan: "free" | "starter" | "pro" | "enterprise";
+                    /** @description Opening balance in cents. */
+                    credits: number;
+                    name?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The account and its key. */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        account_id: string;
+                        /** @description Its production key, shown only in this answer (never in the audit log). */
+                        api_key: string;
+                        /** Format: uuid */
+                        key_id: string;
+                        /** @enum {string} */
+                        plan: "free" | "starter" | "pro" | "enterprise";
+                        credits: number;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminShowAccount: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An account id. */
+                account_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The account. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        account_id: string;
+                        name: string | null;
+                        /** @enum {string} */
+                        plan: "free" | "starter" | "pro" | "enterprise";
+                        /** @description Balance in cents. */
+                        credits: number;
+                        /** @description Requests per minute; null: the plan's default. */
+                        rpm: number | null;
+                        elite: boolean;
+                        /** @description Jobs in flight at once; null: the plan's default. */
+                        max_in_flight: number | null;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** @description Cents charged this calendar month (UTC). */
+                        used_this_month: number;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminUpdateAccount: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An account id. */
+                account_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @enum {string} */
+                    plan?: "free" | "starter" | "pro" | "enterprise";
+                    elite?: boolean;
+                    /** @description Requests per minute; null: back to the plan's default. */
+                    rpm?: number | null;
+                    /** @description Jobs in flight at once; null: back to the plan's default. */
+                    max_in_flight?: number | null;
+                };
+            };
+        };
+        responses: {
+            /** @description The account after the change. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        account_id: string;
+                        /** @enum {string} */
+                        plan: "free" | "starter" | "pro" | "enterprise";
+                        rpm: number | null;
+                        elite: boolean;
+                        max_in_flight: number | null;
+                        credits: number;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminAddCredits: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An account id. */
+                account_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    cents: number;
+                    reason?: string;
+                    /** @description Real money received for them (revenue; earns a referring partner its share). */
+                    paid_cents?: number;
+                    /** @description Makes a retry safe: the same key again (with the same amount) changes nothing and answers the balance. */
+                    idempotency_key?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The balance after the change. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        account_id: string;
+                        /** @description The balance after the change. */
+                        credits: number;
+                        paid_cents?: number;
+                        /**
+                         * @description A retry with an idempotency_key already used: nothing changed.
+                         * @constant
+                         */
+                        replayed?: true;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminRemoveCredits: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An account id. */
+                account_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    cents: number;
+                    reason: string;
+                    /** @description Makes a retry safe: the same key again (with the same amount) changes nothing and answers the balance. */
+                    idempotency_key?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The balance after the change. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        account_id: string;
+                        /** @description The balance after the change. */
+                        credits: number;
+                        paid_cents?: number;
+                        /**
+                         * @description A retry with an idempotency_key already used: nothing changed.
+                         * @constant
+                         */
+                        replayed?: true;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            402: components["responses"]["PaymentRequired"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminListKeys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An account id. */
+                account_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Its keys. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        account_id: string;
+                        /** @description Newest first, revoked and rotated keys included. */
+                        keys: {
+                            /** Format: uuid */
+                            key_id: string;
+                            /** @enum {string} */
+                            type: "production" | "sub" | "test" | "agent" | "vip" | "grant";
+                            display_prefix: string;
+                            name: string | null;
+                            /** Format: date-time */
+                            created_at: string;
+                            last_used_at: string | null;
+                            revoked_at: string | null;
+                            expires_at: string | null;
+                            replaced_by_key_id: string | null;
+                        }[];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminCreateKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An account id. */
+                account_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @enum {string} */
+                    type: "production" | "test" | "agent" | "vip";
+                    name?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The key. */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        key_id: string;
+                        /** @description Shown only in this answer (never in the audit log). */
+                        api_key: string;
+                        /** @enum {string} */
+                        type: "production" | "sub" | "test" | "agent" | "vip" | "grant";
+                        /** Format: uuid */
+                        account_id: string;
+                        display_prefix: string;
+                        name: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminRevokeKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A key id. */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key, revoked. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        key_id: string;
+                        /** Format: uuid */
+                        account_id: string;
+                        /** @enum {string} */
+                        type: "production" | "sub" | "test" | "agent" | "vip" | "grant";
+                        /** @constant */
+                        revoked: true;
+                        /**
+                         * Format: date-time
+                         * @description When it was first revoked.
+                         */
+                        revoked_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminCreatePartner: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    name: string;
+                    code: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The partner. */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        partner_id: string;
+                        name: string;
+                        code: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminPartnerReport: {
+        parameters: {
+            query?: {
+                /** @description YYYY-MM; default: the current month (UTC). */
+                month?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The report. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        month: string;
+                        partners: {
+                            /** Format: uuid */
+                            partner_id: string;
+                            name: string;
+                            code: string;
+                            referred_accounts: number;
+                            new_accounts: number;
+                            payments: number;
+                            revenue_cents: number;
+                            share_cents: number;
+                        }[];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminListPayments: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Oldest first. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        count: number;
+                        payments: {
+                            /** Format: uuid */
+                            id: string;
+                            network: string;
+                            payer: string;
+                            value_atomic: string;
+                            tool: string;
+                            resource: string;
+                            valid_before: string;
+                            created_at: string;
+                            /** @description The authorization can no longer be settled. */
+                            expired: boolean;
+                        }[];
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminExportPayments: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One JSON object a line. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": string;
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminSettlePayments: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description What happened to each. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        settled: number;
+                        failed: number;
+                        expired: number;
+                        retry: number;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["UpstreamError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminMarkPaymentSettled: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An x402 payment id (GET /admin/v1/payments lists them). */
+                payment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    tx_hash: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The payment, settled. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        /** @enum {string} */
+                        status: "settled" | "failed";
+                        tx_hash?: string;
+                        error?: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminMarkPaymentFailed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An x402 payment id (GET /admin/v1/payments lists them). */
+                payment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    reason: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The payment, failed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        /** @enum {string} */
+                        status: "settled" | "failed";
+                        tx_hash?: string;
+                        error?: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminAudit: {
+        parameters: {
+            query?: {
+                account_id?: string;
+                action?: "account.create" | "account.update" | "credits.add" | "credits.remove" | "key.create" | "key.revoke" | "partner.create" | "payment.mark_settled" | "payment.mark_failed" | "payments.settle";
+                actor_kind?: "admin-api" | "cli" | "system";
+                /** @description At or after. */
+                since?: string;
+                /** @description Before. */
+                until?: string;
+                cursor?: string;
+                /** @description Page size, 1 to 200 (default 50). */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of records. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description Newest first. */
+                        records: components["schemas"]["AuditRecord"][];
+                        /** @description Pass as `cursor` for the next page; null on the last. */
+                        next_cursor: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -6066,6 +7308,109 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["WebhookSecret"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getAlerts: {
+        parameters: {
+            query?: {
+                /** @description Events per page (1 to 200). */
+                limit?: number;
+                /** @description The previous page's next_cursor, unchanged. */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Settings and events. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Alerts"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    putAlerts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AlertSettingsInput"];
+            };
+        };
+        responses: {
+            /** @description The alerts as saved. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertSettings"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteAlerts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description False when the account had no alerts set. */
+                        removed: boolean;
+                    };
                 };
             };
             401: components["responses"]["Unauthorized"];
