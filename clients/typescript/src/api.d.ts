@@ -5526,6 +5526,7 @@ export interface operations {
                             resource: string;
                             valid_before: string;
                             created_at: string;
+                            payment_requirements: components["schemas"]["PaymentRequirements"];
                             /** @description The authorization can no longer be settled. */
                             expired: boolean;
                         }[];

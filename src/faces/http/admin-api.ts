@@ -4,6 +4,7 @@ import { AppError } from '../../errors.js';
 import { PLANS } from '../../tools/types.js';
 import { KEY_TYPES } from '../../access/key-format.js';
 import { PartnerCode } from '../../money/partners.js';
+import { AwaitingPaymentSchema } from '../../pay/x402/store.js';
 import { AdminService } from '../../ops/admin.js';
 import { AUDIT_ACTIONS, AuditRecordSchema, tokenFingerprint, type Actor } from '../../ops/audit.js';
 import { bearerToken, sameSecret } from '../../ops/operator-token.js';
@@ -118,18 +119,9 @@ const PartnerReport = z.object({
 });
 const PaymentList = z.object({
   count: z.number().int(),
+  // The payment store's own row, without the signed payload.
   payments: z.array(
-    z.object({
-      id: z.string().uuid(),
-      network: z.string(),
-      payer: z.string(),
-      value_atomic: z.string(),
-      tool: z.string(),
-      resource: z.string(),
-      valid_before: z.string(),
-      created_at: z.string(),
-      expired: z.boolean().describe('The authorization can no longer be settled.'),
-    }),
+    AwaitingPaymentSchema.omit({ payment_payload: true }).extend({ expired: z.boolean().describe('The authorization can no longer be settled.') }),
   ),
 });
 const SettleSummary = z.object({ settled: z.number().int(), failed: z.number().int(), expired: z.number().int(), retry: z.number().int() });
