@@ -5,6 +5,7 @@
  * round runs A then B (`npm start` shape, one hot account, POST /tools/compute at BENCH_AB_INFLIGHT,
  * default 50), BENCH_AB_ROUNDS rounds (default 3), and reports req/s and the CPU ms per call of the
  * service, redis-server and every postgres process, read from /proc over the measured window.
+ * BENCH_AB_LOG_LEVEL=info compares the two at the request log's level (lines written to /dev/null).
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, symlinkSync } from 'node:fs';
@@ -12,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { loadConfig } from '../src/config.js';
-import { makeLogger, runMigrations } from '../src/bootstrap.js';
+import { checkServices, makeLogger, runMigrations } from '../src/bootstrap.js';
 import { openPool } from '../src/db/pool.js';
 import { AccountsRepo } from '../src/access/accounts.js';
 import { AdminService } from '../src/ops/admin.js';
@@ -38,6 +39,8 @@ const B_ENV = Object.fromEntries(
     .filter(Boolean)
     .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
 );
+/** BENCH_AB_LOG_LEVEL: both sides' LOG_LEVEL (default warn); at info their log lines go to /dev/null, written but not shown. */
+const LOG_LEVEL = process.env.BENCH_AB_LOG_LEVEL ?? 'warn';
 const nowUs = () => Number(process.hrtime.bigint() / 1000n);
 const log = (s: string) => process.stderr.write(`[ab ${new Date().toISOString().slice(11, 19)}] ${s}\n`);
 
@@ -55,6 +58,7 @@ async function main() {
   const ports = benchPorts();
   const prefix = `benchab${randomBytes(3).toString('hex')}`;
   const config = loadConfig(process.env, { REDIS_PREFIX: prefix, LOG_LEVEL: 'warn' });
+  await checkServices(config);
   await runMigrations(config, makeLogger(config));
   const pool = await openPool(config.DATABASE_URL, { maximumPoolSize: 2 });
   const redis = connectRedis(config.REDIS_URL);
@@ -62,7 +66,7 @@ async function main() {
   const admin = new AdminService({ accounts, credits: new CreditReservations(redis, prefix, accounts), redis, prefix });
   const acct = await admin.createAccount('enterprise', 100_000_000, 'bench-ab');
   await admin.setAccount(acct.account_id, { rpm: 10_000_000 });
-  const env = { ...process.env, REDIS_PREFIX: prefix, LOG_LEVEL: 'warn', EDGE_TOKEN_KEY: randomBytes(32).toString('hex'), METRICS_TOKEN: 'bench-ab-metrics' };
+  const env = { ...process.env, REDIS_PREFIX: prefix, LOG_LEVEL, EDGE_TOKEN_KEY: randomBytes(32).toString('hex'), METRICS_TOKEN: 'bench-ab-metrics' };
   const headers = { authorization: `Bearer ${acct.api_key}`, 'content-type': 'application/json' };
   const body = JSON.stringify({ expression: '2 * (3 + 4)' });
   const sides = { A: baseCheckout(), B: process.cwd() };

@@ -7,6 +7,8 @@ import { once } from 'node:events';
 import { readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import pg from 'pg';
+import { migrate } from '../src/db/migrate.js';
+import { ensureDatabase } from '../src/db/pool.js';
 import { Pool } from 'undici';
 
 export interface Stats {
@@ -145,10 +147,12 @@ export async function startService(opts: {
   cwd?: string;
 }): Promise<Running> {
   await assertPortFree(opts.port, 'service');
+  // At a request-logging level the service's lines would drown the report: written to /dev/null.
+  const stdout = ['info', 'debug', 'trace'].includes(opts.env.LOG_LEVEL ?? '') ? 'ignore' : 'inherit';
   const env = { ...opts.env, PORT: String(opts.port), HOST: '127.0.0.1' };
   const api = spawn(process.execPath, [...(opts.nodeArgs ?? []), '--import', 'tsx', 'src/server.ts'], {
     env: { ...env, WORKERS: opts.split ? 'off' : 'inline' },
-    stdio: ['ignore', 'inherit', 'inherit'],
+    stdio: ['ignore', stdout, 'inherit'],
     cwd: opts.cwd,
   });
   const procs: ChildProcess[] = [api];
@@ -156,7 +160,7 @@ export async function startService(opts: {
   if (opts.split) {
     worker = spawn(process.execPath, [...(opts.workerNodeArgs ?? opts.nodeArgs ?? []), '--import', 'tsx', 'workers/index.ts', '--family', 'core'], {
       env,
-      stdio: ['ignore', 'inherit', 'inherit'],
+      stdio: ['ignore', stdout, 'inherit'],
       cwd: opts.cwd,
     });
     procs.push(worker);
@@ -306,4 +310,25 @@ export async function sweepKeys(redis: KeyScanner, tag: string): Promise<number>
     if (keys.length) n += await redis.unlink(...keys);
   } while (cursor !== '0');
   return n;
+}
+
+/** A database called `name` on the server of `baseUrl`, created and migrated; its URL. Drop it with dropDatabase. */
+export async function freshDatabase(baseUrl: string, name: string): Promise<string> {
+  const u = new URL(baseUrl);
+  u.pathname = `/${name}`;
+  await ensureDatabase(u.toString());
+  await migrate(u.toString());
+  return u.toString();
+}
+
+export async function dropDatabase(url: string, baseUrl: string): Promise<void> {
+  const admin = new URL(baseUrl);
+  admin.pathname = '/postgres';
+  const c = new pg.Client({ connectionString: admin.toString() });
+  await c.connect();
+  try {
+    await c.query(`DROP DATABASE IF EXISTS ${new URL(url).pathname.slice(1)} WITH (FORCE)`);
+  } finally {
+    await c.end();
+  }
 }

@@ -13,7 +13,8 @@
  * Prints medians of req/s, p50, p99 at 1, 10 and 50 in flight, the service/anchor ratio at 50 (goal
  * >= 0.90), p50 at 1 (goal <= 5 ms), a chain of three against one call (goal <= 3x), the service's RSS
  * before and after BENCH_MEMORY_CALLS calls (default 100000), a split-process run, what isolation costs
- * (BENCH_ISOLATION=0 skips it) and the tools' worst cases. Cleans up its accounts and Redis keys.
+ * (BENCH_ISOLATION=0 skips it), what the request log at info costs against warn (BENCH_LOGGING=0 skips it)
+ * and the tools' worst cases. Cleans up its accounts and Redis keys.
  */
 import { fork } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -31,12 +32,15 @@ import { checkServices, runMigrations, makeLogger } from '../src/bootstrap.js';
 import { toolLimitRows } from './tool-limits.js';
 import { componentRows } from './components.js';
 import { protocolBench } from './protocol.js';
+import { usageExportRows } from './usage-export.js';
 import {
   assertPortFree,
   benchPorts,
   cpuMs,
   children,
   deleteAccounts,
+  dropDatabase,
+  freshDatabase,
   drive,
   fmt,
   median,
@@ -58,6 +62,8 @@ const ROUNDS = 3;
 const WARMUP = Math.ceil(1500 * SCALE);
 const MEMORY_CALLS = Number(process.env.BENCH_MEMORY_CALLS ?? 100_000);
 const ISOLATION = process.env.BENCH_ISOLATION !== '0';
+/** BENCH_LOGGING=0 skips the request log's cost (info against warn, A B A B A B). */
+const LOGGING = process.env.BENCH_LOGGING !== '0';
 
 const log = (s: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${s}\n`);
 
@@ -68,8 +74,13 @@ async function main() {
   await assertPortFree(ports.anchor, 'anchor');
   await assertPortFree(ports.service, 'service');
   const prefix = `bench${randomBytes(3).toString('hex')}`;
-  const config = loadConfig(process.env, { REDIS_PREFIX: prefix, LOG_LEVEL: 'warn' });
-  await checkServices(config);
+  const base = loadConfig(process.env, { REDIS_PREFIX: prefix, LOG_LEVEL: 'warn' });
+  await checkServices(base);
+  // A database of the run's own, fresh and never analysed (issue #33: nothing on the hot path may
+  // depend on planner statistics), dropped at the end; BENCH_FRESH_DB=0 uses DATABASE_URL as it is.
+  const fresh = process.env.BENCH_FRESH_DB !== '0';
+  const dbUrl = fresh ? await freshDatabase(base.DATABASE_URL, `tollgate_${prefix}`) : base.DATABASE_URL;
+  const config = loadConfig(process.env, { REDIS_PREFIX: prefix, LOG_LEVEL: 'warn', DATABASE_URL: dbUrl });
   await runMigrations(config, makeLogger(config));
 
   const pool = await openPool(config.DATABASE_URL, { maximumPoolSize: 2 });
@@ -90,7 +101,7 @@ async function main() {
     await admin.setAccount(acct.account_id, { rpm: 10_000_000 });
 
     const edgeKey = randomBytes(32).toString('hex');
-    const env = { ...process.env, REDIS_PREFIX: prefix, LOG_LEVEL: 'warn', EDGE_TOKEN_KEY: edgeKey };
+    const env = { ...process.env, DATABASE_URL: dbUrl, REDIS_PREFIX: prefix, LOG_LEVEL: 'warn', EDGE_TOKEN_KEY: edgeKey };
     const headers = { authorization: `Bearer ${acct.api_key}`, 'content-type': 'application/json' };
     const body = JSON.stringify({ expression: '2 * (3 + 4)' });
     const track = (r: Running) => (running.push(r), r);
@@ -163,11 +174,15 @@ async function main() {
     const pid = service.api.pid!;
     const rssSamples: Array<[number, number]> = [[0, rssMiB(pid)]];
     const step = Math.max(1, Math.ceil(MEMORY_CALLS / 10));
+    /** req/s of each tenth of the calls: the last against the first says whether cost grows with the data. */
+    const stepRps: number[] = [];
     let done = 0;
     const memT0 = performance.now();
     while (done < MEMORY_CALLS) {
       const n = Math.min(step, MEMORY_CALLS - done);
+      const s0 = performance.now();
       await drive(50, n, serviceOp);
+      stepRps.push((n / (performance.now() - s0)) * 1000);
       done += n;
       rssSamples.push([done, rssMiB(pid)]);
     }
@@ -185,21 +200,35 @@ async function main() {
     await split.stop();
     running.splice(running.indexOf(split), 1);
 
-    // What isolation costs: sandbox threads against ISOLATION=off, at 50 in flight, A B A B A B.
-    const isolation: Record<'threads' | 'off', number[]> = { threads: [], off: [] };
-    if (ISOLATION) {
+    // What a setting costs, at 50 in flight, A B A B A B: sandbox threads against ISOLATION=off,
+    // and the request log at info (one line per request, written to /dev/null) against warn.
+    const compare = async (label: string, sides: Array<[string, Record<string, string>]>) => {
+      const rps = new Map<string, number[]>(sides.map(([name]) => [name, []]));
       for (let round = 0; round < 3; round++) {
-        for (const mode of ['threads', 'off'] as const) {
-          log(`isolation round ${round + 1}/3: ${mode}`);
-          const s = track(await startService({ port: ports.service, split: false, env: { ...env, ISOLATION: mode } }));
+        for (const [name, extra] of sides) {
+          log(`${label} round ${round + 1}/3: ${name}`);
+          const s = track(await startService({ port: ports.service, split: false, env: { ...env, ...extra } }));
           const op = () => poster(s.client, headers)('/tools/compute', body).then(() => {});
           await drive(10, WARMUP, op);
-          isolation[mode].push((await drive(50, COUNT[50]!, op)).rps);
+          rps.get(name)!.push((await drive(50, COUNT[50]!, op)).rps);
           await s.stop();
           running.splice(running.indexOf(s), 1);
         }
       }
-    }
+      return rps;
+    };
+    const isolation = ISOLATION
+      ? await compare('isolation', [
+          ['threads', { ISOLATION: 'threads' }],
+          ['off', { ISOLATION: 'off' }],
+        ])
+      : null;
+    const logging = LOGGING
+      ? await compare('request log', [
+          ['info', { LOG_LEVEL: 'info' }],
+          ['warn', { LOG_LEVEL: 'warn' }],
+        ])
+      : null;
     await anchor.stop();
     running.splice(running.indexOf(anchor), 1);
 
@@ -264,13 +293,22 @@ async function main() {
       `  service RSS before and after ${MEMORY_CALLS} calls at 50 in flight (${memRps.toFixed(0)} req/s): ${rssBefore.toFixed(0)} MiB -> ${rssAfter.toFixed(0)} MiB ` +
         `(${rssAfter - rssBefore >= 0 ? '+' : ''}${(rssAfter - rssBefore).toFixed(0)} MiB); every ${step}: ${rssSamples.map(([, r]) => r.toFixed(0)).join(' ')}`,
     );
-    if (ISOLATION) {
-      const iso = median(isolation.threads) / median(isolation.off);
+    w(
+      `  sustained on ${fresh ? 'a fresh, never analysed database' : 'DATABASE_URL as it is'}: the last ${step} calls at ${stepRps.at(-1)!.toFixed(0)} req/s against the first ${step} at ` +
+        `${stepRps[0]!.toFixed(0)}: ${(stepRps.at(-1)! / stepRps[0]!).toFixed(2)}x (goal >= 0.80; issue #33); every ${step}: ${stepRps.map((r) => r.toFixed(0)).join(' ')}`,
+    );
+    const ratioLine = (what: string, rps: Map<string, number[]>, [a, b]: [string, string], goal: string) => {
+      const list = (n: string) =>
+        rps
+          .get(n)!
+          .map((x) => x.toFixed(0))
+          .join(', ');
       w(
-        `  isolation at 50 in flight: sandbox threads ${isolation.threads.map((x) => x.toFixed(0)).join(', ')} req/s, ` +
-          `event loop (ISOLATION=off) ${isolation.off.map((x) => x.toFixed(0)).join(', ')} req/s; ratio of medians ${iso.toFixed(2)} (goal >= 0.90)`,
+        `  ${what} at 50 in flight: ${a} ${list(a)} req/s, ${b} ${list(b)} req/s; ratio of medians ${(median(rps.get(a)!) / median(rps.get(b)!)).toFixed(2)}${goal}`,
       );
-    }
+    };
+    if (isolation) ratioLine('isolation (sandbox threads against ISOLATION=off)', isolation, ['threads', 'off'], ' (goal >= 0.90)');
+    if (logging) ratioLine('request log (LOG_LEVEL info, one line per request, against warn)', logging, ['info', 'warn'], ' (issue #30: one line, not two)');
     w();
     w('Components in isolation (README, Scaling out)');
     for (const r of componentLines) w(`  ${r}`);
@@ -279,6 +317,10 @@ async function main() {
       w('Worst case per tool (largestInput in the sandbox pool, against its time limit)');
       for (const r of limitRows) w(r);
     }
+    // The usage export's throughput per target, on a database of its own (bench/usage-export.ts).
+    w();
+    w('Usage export (20,000 ledger entries, local receivers)');
+    for (const r of await usageExportRows(base.DATABASE_URL).catch((e) => [`failed: ${(e as Error).message}`])) w(`  ${r}`);
     w();
     const load1 = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
     w(
@@ -297,11 +339,14 @@ async function main() {
     // Leave nothing behind: the run's Redis keys all carry its prefix, and its accounts go.
     await deleteByPrefix(redis, prefix);
     const swept = await sweepKeys(plain, prefix);
-    const removed = await deleteAccounts(config.DATABASE_URL, accountIds).catch((e) => (log(`account clean-up failed: ${(e as Error).message}`), 0));
+    const removed = fresh
+      ? accountIds.length
+      : await deleteAccounts(config.DATABASE_URL, accountIds).catch((e) => (log(`account clean-up failed: ${(e as Error).message}`), 0));
     log(`cleaned up: ${removed} account(s), ${swept} Redis key(s) left by deleteByPrefix`);
     redis.disconnect();
     plain.disconnect();
     await pool.end();
+    if (fresh) await dropDatabase(dbUrl, base.DATABASE_URL).catch((e) => log(`dropping ${dbUrl} failed: ${(e as Error).message}`));
   }
 }
 

@@ -144,6 +144,9 @@ export const ConfigSchema = z
         "Where tool code that works on caller input runs. `threads`: the sandbox pool of worker threads with per-call time and heap limits. `off` runs it on the worker's event loop: only for measuring what isolation costs (npm run bench), never in production.",
       ),
     SANDBOX_THREADS: int(4, 1, 64).describe("Worker threads in each process's sandbox pool."),
+    SANDBOX_IDLE_MS: int(300_000, 0, 86_400_000).describe(
+      'A sandbox thread idle this long is stopped and its memory returned; the next call starts one again (a process running workers keeps one warm thread for its isolated tools). 0: threads are never stopped for idleness.',
+    ),
     TOOL_TIME_MS: int(5_000, 50, 600_000).describe('Default per-call time limit of sandbox pool work; a tool may declare its own (`limits` in its file).'),
     TOOL_MEMORY_MB: int(256, 16, 8192).describe('Default per-call heap limit of sandbox pool work, in MB; a tool may declare its own (`limits` in its file).'),
     TOOL_MAX_RESULT_BYTES: int(1_000_000, 1024, 100_000_000).describe(
@@ -174,6 +177,9 @@ export const ConfigSchema = z
     ),
     RECONCILE_SECONDS: int(30, 0, 86_400).describe(
       'Interval of the money reconciler (src/money/reconciler.ts) in every process with the API or workers; one pass at a time across replicas. 0 turns it off.',
+    ),
+    INTENT_GRACE_MS: int(30_000, 1_000, 3_600_000).describe(
+      'A job accepted this long ago whose job is in neither Redis nor job_results is marked lost (GET /jobs/{id}: 410 job_lost) by the intent reconciler, which runs every RECONCILE_SECONDS and at once when Redis comes back without its data. Longer than an enqueue can take.',
     ),
     // Connection hygiene (HTTP server).
     REQUEST_TIMEOUT_MS: int(30_000, 100, 600_000).describe('A whole request, body included, must arrive within this; slower clients are cut.'),
@@ -295,7 +301,12 @@ export const ConfigSchema = z
       .string()
       .default('')
       .describe(
-        '32-byte key (base64 or hex) that encrypts edge tokens inside job data and webhook secrets in Postgres. Required in production; elsewhere, unset, generated once into TOLLGATE_DATA_DIR/secrets.json.',
+        "32-byte key (base64 or hex) that encrypts edge tokens inside job data and webhook secrets in Postgres, and from which the key sealing sensitive tools' inputs and answers is derived. Required in production; elsewhere, unset, generated once into TOLLGATE_DATA_DIR/secrets.json.",
+      ),
+    JOB_SEAL_PREVIOUS_KEYS: csv
+      .pipe(z.array(z.string().regex(/^([0-9a-fA-F]{64}|[A-Za-z0-9+/]{43}=)$/, 'expected 32-byte keys, as 64 hex characters or base64')))
+      .describe(
+        'Earlier EDGE_TOKEN_KEY values (comma-separated) kept after a rotation: the inputs and answers of sensitive tools (passports, handoff) sealed under them still open in Redis and job_results. New ones are sealed under the current key.',
       ),
     // Webhooks
     WEBHOOK_ALLOWED_HOSTS: hostPortList.describe(
@@ -304,7 +315,7 @@ export const ConfigSchema = z
     WEBHOOK_ATTEMPTS: int(12, 1, 30).describe(
       'Webhook delivery attempts in all. With the defaults (12 and 42 s) the last try is about 23.9 h after the first: 42 s * (2^11 - 1) = 85,974 s.',
     ),
-    WEBHOOK_BACKOFF_MS: int(42_000, 10, 3_600_000).describe('Webhook retries back off exponentially (BullMQ): retry n waits WEBHOOK_BACKOFF_MS * 2^(n-1).'),
+    WEBHOOK_BACKOFF_MS: int(42_000, 10, 3_600_000).describe('Webhook retries back off exponentially: retry n waits WEBHOOK_BACKOFF_MS * 2^(n-1).'),
     WEBHOOK_TIMEOUT_MS: int(10_000, 100, 60_000).describe('Per delivery attempt: connect, headers and body must all arrive within this.'),
     WEBHOOK_MAX_PENDING: int(100, 1, 1_000_000).describe(
       'Deliveries one account may have outstanding (accepted, queued or retrying); a call with a Callback-Url beyond it is 429 rate_limited.',
@@ -352,6 +363,12 @@ export const ConfigSchema = z
       .describe('Self-settlement: the 0x-prefixed private key that submits transferWithAuthorization and pays its gas. Never logged.'),
     X402_CONFIRMATIONS: int(1, 1, 64).describe('Self-settlement: blocks to wait after the transfer is mined before the result is released.'),
     X402_SETTLE_TIMEOUT_MS: int(60_000, 1000, 600_000).describe('Self-settlement: how long to wait for those confirmations.'),
+    X402_RECONCILE_GRACE_SECONDS: int(300, 10, 86_400).describe(
+      "A payment still `reserved` this long after it arrived is completed or released by the payment reconciler (every RECONCILE_SECONDS, one replica at a time). Longer than a paid call can take: verification, SYNC_TIMEOUT_MS and the settlement (X402_SETTLE_TIMEOUT_MS, or the facilitator's 30 s).",
+    ),
+    X402_RECONCILE_RPC_URL: optionalUrl.describe(
+      "Facilitator settlement: a JSON-RPC endpoint of X402_NETWORK's chain where the payment reconciler reads what became of a payment the API did not record (x402 facilitators offer no lookup). Read only; self-settlement uses X402_RPC_URL.",
+    ),
     X402_DEFERRED_MAX_CENTS: int(100, 1, 10_000_000).describe('Deferred: the most one payer may have unsettled at once, in cents.'),
     X402_DEFERRED_TIMEOUT_SECONDS: int(3600, 60, 7 * 86400).describe(
       'Deferred: authorizations are asked to stay valid this long, so an operator has time to collect.',
@@ -368,8 +385,65 @@ export const ConfigSchema = z
       'GET /subscribe requests per client address per minute before 429 (partner codes cannot be tried faster).',
     ),
     PARTNER_SHARE_PCT: int(20, 0, 100).describe('Percent of each payment by a referred account its partner earns (floored to whole cents).'),
+    // Card payments (Stripe): off unless STRIPE_SECRET_KEY is set; then the card routes answer 503 payments_unavailable.
+    STRIPE_SECRET_KEY: z
+      .string()
+      .default('')
+      .describe(
+        'Stripe secret key (`sk_...`): turns on card top-ups (POST /credits/checkout), plan subscriptions and POST /billing/portal. Unset: those routes are 503 payments_unavailable. Never logged.',
+      ),
+    STRIPE_WEBHOOK_SECRET: z
+      .string()
+      .default('')
+      .describe(
+        'The signing secret (`whsec_...`) of the Stripe webhook endpoint POST /stripe/webhook; its `Stripe-Signature` is checked against it. Required with STRIPE_SECRET_KEY.',
+      ),
+    STRIPE_API_URL: optionalUrl.describe(
+      "Another Stripe-compatible API host (a local fake, stripe-mock): its protocol, host and port are given to the `stripe` client. Unset: Stripe's own api.stripe.com.",
+    ),
+    STRIPE_PRICE_STARTER: z
+      .string()
+      .default('')
+      .describe('The Stripe Price (`price_...`) of the `starter` plan, recurring; unset, the plan is not offered by card.'),
+    STRIPE_PRICE_PRO: z.string().default('').describe('The Stripe Price (`price_...`) of the `pro` plan, recurring; unset, the plan is not offered by card.'),
+    STRIPE_PRICE_ENTERPRISE: z
+      .string()
+      .default('')
+      .describe('The Stripe Price (`price_...`) of the `enterprise` plan, recurring; unset, the plan is not offered by card.'),
+    PLAN_CREDITS_STARTER: int(0, 0, 100_000_000).describe('Credits (cents) granted with each paid invoice of a `starter` subscription.'),
+    PLAN_CREDITS_PRO: int(0, 0, 100_000_000).describe('Credits (cents) granted with each paid invoice of a `pro` subscription.'),
+    PLAN_CREDITS_ENTERPRISE: int(0, 0, 100_000_000).describe('Credits (cents) granted with each paid invoice of an `enterprise` subscription.'),
+    CHECKOUT_MIN_CENTS: int(500, 50, 100_000_000).describe('POST /credits/checkout: the smallest card top-up, in cents.'),
+    CHECKOUT_MAX_CENTS: int(100_000, 50, 100_000_000).describe('POST /credits/checkout: the largest card top-up, in cents.'),
+    // Usage export to billing systems: off unless a target is set.
+    EXPORT_CLOUDEVENTS_URL: optionalUrl.describe(
+      'An OpenMeter-compatible ingest URL: every ledger entry is sent there once, in order, as CloudEvents batches (`application/cloudevents-batch+json`).',
+    ),
+    EXPORT_CLOUDEVENTS_TOKEN: z.string().default('').describe('Bearer token sent with each CloudEvents batch to EXPORT_CLOUDEVENTS_URL. Never logged.'),
+    EXPORT_STRIPE_METER_EVENT: z
+      .string()
+      .default('')
+      .describe(
+        'The event name of a Stripe meter: every charge of an account with a Stripe customer is sent as a meter event keyed by its ledger entry (needs STRIPE_SECRET_KEY).',
+      ),
+    EXPORT_STRIPE_METER_API: z
+      .enum(['v2', 'v1'])
+      .default('v2')
+      .describe(
+        'How meter events reach Stripe: `v2`, the meter event stream (100 events a request; Stripe validates afterwards and reports a bad event in its dashboard), or `v1`, `POST /v1/billing/meter_events` (one event a request, each answered with its verdict).',
+      ),
+    EXPORT_BATCH_SIZE: int(500, 1, 10_000).describe('Ledger entries per export batch (per target).'),
+    EXPORT_INTERVAL_MS: int(1_000, 50, 3_600_000).describe('How often the usage exporter looks for new ledger entries when it is idle.'),
   })
   .superRefine((c, ctx) => {
+    if (c.STRIPE_SECRET_KEY && !c.STRIPE_WEBHOOK_SECRET)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['STRIPE_WEBHOOK_SECRET'],
+        message: 'required with STRIPE_SECRET_KEY: card payments are credited from its verified webhooks',
+      });
+    if (c.EXPORT_STRIPE_METER_EVENT && !c.STRIPE_SECRET_KEY)
+      ctx.addIssue({ code: 'custom', path: ['EXPORT_STRIPE_METER_EVENT'], message: 'needs STRIPE_SECRET_KEY to send meter events' });
     if (!c.X402_ENABLED) return;
     if (!c.X402_PAY_TO) ctx.addIssue({ code: 'custom', path: ['X402_PAY_TO'], message: 'required when X402_ENABLED=true' });
     const problem = settlementProblem(c);

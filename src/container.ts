@@ -8,6 +8,7 @@ import { JobQueues } from './queue/queues.js';
 import { CompletionDispatcher } from './queue/dispatcher.js';
 import { JobRecords } from './queue/job-records.js';
 import { resultRefs } from './queue/result-refs.js';
+import { jobSeal } from './queue/job-seal.js';
 import { decodeFailure } from './queue/failure.js';
 import { WorkerPool, dropJobInput } from './calls/worker-pool.js';
 import { JobEventLog, eventLogTtl } from './queue/job-events.js';
@@ -25,11 +26,14 @@ import { RateLimiter } from './access/rate-limit.js';
 import { Idempotency } from './calls/idempotency.js';
 import { PayPerCall } from './calls/pay-per-call.js';
 import { DEFERRED_WARNING, SettlerStartupError, createSettler } from './pay/x402/settler.js';
+import { PaymentReconciler, settlementLookup } from './pay/x402/reconcile.js';
 import { InFlightSlots, slotOwner } from './access/in-flight.js';
 import { Metrics } from './ops/metrics.js';
 import { workerCounts } from './queue/heartbeat.js';
 import { Webhooks } from './calls/webhooks.js';
 import { Alerts } from './calls/alerts.js';
+import { IntentReconciler, IntentStore, IntentWriter, deploymentOf } from './calls/intents.js';
+import { createUsageExporter, type UsageExporter } from './pay/export/index.js';
 
 export interface Container {
   config: Config;
@@ -48,6 +52,8 @@ export interface Container {
   slots: InFlightSlots;
   /** Repairs Redis's money state after crashes (holds, avail, sub-key months, in-flight slots). */
   reconciler: Reconciler;
+  /** Marks jobs Redis lost as lost (src/calls/intents.ts). */
+  intents: IntentReconciler;
   /** This process's Prometheus registry and metrics (src/ops/metrics.ts). */
   metrics: Metrics;
   /** Present in processes that serve HTTP. */
@@ -58,6 +64,10 @@ export interface Container {
     limiter: RateLimiter;
     idempotency: Idempotency;
     payPerCall?: PayPerCall;
+    /** Completes or releases x402 payments a crash left reserved (src/pay/x402/reconcile.ts). */
+    payments?: PaymentReconciler;
+    /** Sends the ledger to the configured billing systems, one replica at a time (src/pay/export). */
+    exporter?: UsageExporter;
   };
   workers?: WorkerPool;
   /** Callback-Url checks, signing secrets, and the delivery queue (its worker runs where tool workers do). */
@@ -95,9 +105,11 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   settlePool.on('error', (err) => log.warn({ err: err.message }, 'settlement connection error'));
   const metrics = new Metrics();
   const settler = new Settler(settlePool, credits, log, config.SETTLE_BATCH_MS, config.SETTLE_BATCH_MAX, config.RESULT_MAX_BYTES, metrics);
-  const results = new ResultsStore(pool, { days: config.JOB_RESULT_DAYS, redis, prefix: config.REDIS_PREFIX, log });
+  // Sensitive tools' answers are sealed in Redis and job_results; these open them for their readers.
+  const seal = jobSeal(config);
+  const results = new ResultsStore(pool, { days: config.JOB_RESULT_DAYS, redis, prefix: config.REDIS_PREFIX, log, seal });
   // Large answers are held once (job_results, or an x402 call's job record), BullMQ keeps a reference to them.
-  const refs = resultRefs(results, records);
+  const refs = resultRefs(results, records, seal);
   queues.refs = records.refs = refs;
   // Threads for CPU work on caller input (src/sandbox/pool.ts). A process running workers starts one
   // with its isolated tools' modules loaded, so the first call does not wait for them; the rest start on use.
@@ -115,6 +127,18 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     liveJobs: (ids) => queues.liveJobs(ids),
     intervalSeconds: config.RECONCILE_SECONDS,
   });
+  const intents = new IntentReconciler({
+    pool,
+    redis,
+    prefix: config.REDIS_PREFIX,
+    log,
+    records,
+    credits,
+    slots,
+    graceMs: config.INTENT_GRACE_MS,
+    intervalSeconds: config.RECONCILE_SECONDS,
+    days: config.JOB_RESULT_DAYS,
+  });
 
   const c: Container = {
     config,
@@ -131,6 +155,7 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     results,
     slots,
     reconciler,
+    intents,
     metrics,
     close: async () => {
       for (const close of closers.reverse()) await close().catch((err) => log.warn({ err }, 'error while closing'));
@@ -145,8 +170,9 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
   // Closed after the workers (closers run in reverse), so their last jobs still have threads.
   closers.push(() => sandbox.close());
   closers.push(() => queues.close());
-  // Settlement queues a delivery for every job that ended with a Callback-Url.
+  // Settlement writes the outbox row of every job that ended with a Callback-Url, in its own statement.
   const webhooks = new Webhooks({ config, log, pool, redis, sealer, results });
+  settler.outbox = webhooks.outbox;
   settler.onEnded = (entries) => webhooks.ended(entries);
   c.webhooks = webhooks;
   closers.push(() => webhooks.close());
@@ -174,6 +200,9 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     // Every process with the API or workers runs it; a Redis lock lets one pass run at a time.
     reconciler.start();
     closers.push(() => reconciler.stop());
+    // Lost jobs are looked for the same way, and at once when Redis comes back without its data.
+    intents.start();
+    closers.push(() => intents.stop());
   }
 
   if (opts.api) {
@@ -227,13 +256,29 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
     await auth.listen(sub, log);
     closers.push(async () => sub.quit());
     closers.push(() => dispatcher.close());
-    const calls = new CallService({ config, queues, dispatcher, credits, sealer, records, slots, results });
+    // Every key's job is recorded before it is queued: its own small pool, so intents never wait behind settlement.
+    const intentPool = new pg.Pool({ connectionString: config.DATABASE_URL, max: 2 });
+    intentPool.on('error', (err) => log.warn({ err: err.message }, 'intent connection error'));
+    closers.push(() => intentPool.end());
+    const intentStore = new IntentStore(pool);
+    const intentsIo = { writer: new IntentWriter(intentPool, deploymentOf(config.REDIS_PREFIX)), store: intentStore };
+    const calls = new CallService({ config, queues, dispatcher, credits, sealer, records, slots, results, intents: intentsIo });
     // Large answers are kept by reference or for the Redis retention only (src/calls/idempotency.ts).
     const idempotency = new Idempotency(redis, config.REDIS_PREFIX, undefined, {
       inlineBytes: config.JOB_RESULT_INLINE_BYTES,
       largeTtlSeconds: config.JOB_REDIS_RETENTION_SECONDS,
     });
+    // A key Redis may have forgotten (it lost its data in the last day) is looked up in the intents.
+    idempotency.durable = { mayHaveLost: () => intents.mayHaveLostClaims(), byIdempotencyKey: (idem) => intentStore.byIdempotencyKey(idem) };
     c.api = { dispatcher, auth, calls, limiter: new RateLimiter(redis, config), idempotency };
+    // The usage export runs in API processes when a target is configured; every replica waits for its
+    // lock and one exports. A bad target setting stops start-up here, before anything listens.
+    const exporter = createUsageExporter(config, { db: pool, log, registry: metrics.registry });
+    if (exporter) {
+      exporter.start();
+      closers.push(() => exporter.stop());
+      c.api.exporter = exporter;
+    }
     if (config.X402_ENABLED) {
       const settler = await createSettler(config);
       try {
@@ -245,6 +290,11 @@ export async function createContainer(config: Config, log: Logger, opts: Contain
       if (settler.mode === 'deferred') log.warn(DEFERRED_WARNING);
       const x402 = { config, db: pool, settler, log };
       c.api.payPerCall = new PayPerCall({ x402, pool, idempotency, log });
+      const lookup = await settlementLookup(config, settler);
+      const payments = new PaymentReconciler({ ...x402, lookup, redis, prefix: config.REDIS_PREFIX, intervalSeconds: config.RECONCILE_SECONDS });
+      c.api.payments = payments;
+      payments.start();
+      closers.push(() => payments.stop());
     }
   }
   return c;

@@ -35,6 +35,14 @@ export const ERROR_STATUS = {
   cancelled: 409,
   /** DELETE /jobs/{id} of a job that already finished (completed or failed): nothing was cancelled. */
   job_finished: 409,
+  /** cvi_loop: another round of the same loop kept running past the wait; this round did not run and was not charged (retry it). */
+  loop_busy: 409,
+  /**
+   * The job was accepted (its id was given out) but the queue lost it before it ran (Redis lost its
+   * data): not charged, and it will never run. The caller sends the request again (with the same
+   * Idempotency-Key if it had one). GET /jobs/{id} and a waiting caller get this, never a 404.
+   */
+  job_lost: 410,
   payload_too_large: 413,
   unsupported_media_type: 415,
   idempotency_key_reused: 422,
@@ -59,6 +67,10 @@ export const ERROR_STATUS = {
   tool_set_in_use: 409,
   /** POST /credits/topup while x402 (with a settlement that moves money now) is not configured. */
   topup_unavailable: 503,
+  /** A card route (checkout, plans, portal, the Stripe webhook) while STRIPE_SECRET_KEY is not set. */
+  payments_unavailable: 503,
+  /** POST /billing/subscribe while the account already has a live subscription: change it in the portal. */
+  subscription_exists: 409,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
@@ -88,6 +100,10 @@ export const ERROR_MEANINGS: Record<ErrorCode, string> = {
   payment_identifier_reused: 'This x402 payment identifier was used with another payment or request: use a new id for a new payment.',
   cancelled: 'The job was cancelled (DELETE /jobs/{id}) before it finished: not charged.',
   job_finished: 'DELETE /jobs/{id} of a job that already completed or failed: nothing was cancelled.',
+  loop_busy:
+    'cvi_loop: another round of the same loop ran past the wait (`loop_id`): this round did not run and was not charged; send it again (`Retry-After`).',
+  job_lost:
+    'The job was accepted but the queue lost it before it ran (`job_id`, `status: lost`): not charged; send the request again, with the same Idempotency-Key if it had one.',
   payload_too_large: 'The request body is over BODY_LIMIT.',
   unsupported_media_type: 'The body is not application/json.',
   idempotency_key_reused: 'This Idempotency-Key was used with a different request body: use a new key for a new request.',
@@ -105,6 +121,8 @@ export const ERROR_MEANINGS: Record<ErrorCode, string> = {
   tool_set_exists: 'The account already has a tool set of that name: pick another, or replace it with PUT /toolsets/{name}.',
   tool_set_in_use: 'Live keys name this tool set as their default (`key_ids`): give them another set or none first.',
   topup_unavailable: 'POST /credits/topup while x402 with a settlement that moves money at once is not configured.',
+  payments_unavailable: 'A card payment route (/credits/checkout, /billing/subscribe, /billing/portal, /stripe/webhook) while STRIPE_SECRET_KEY is not set.',
+  subscription_exists: 'The account already has a live subscription (`subscription_id`, `plan`): change or cancel it through POST /billing/portal.',
 };
 
 /** Codes whose cause may pass on its own: a worker retries these, everything else is final. */

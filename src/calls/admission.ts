@@ -2,7 +2,7 @@
  * calls/: what happens to one call from the moment it is accepted until its answer is read. Admission
  * (this file: tier, scope, input, then one Redis script for rate limit, slot and credit hold), the
  * runner and worker pool that execute it, the root protocol's chains and parallels, job watching,
- * idempotency, cancel, webhooks and calls paid per call. It decides the order of a call's steps; the
+ * idempotency, cancel, webhooks, job intents and calls paid per call. It decides the order of a call's steps; the
  * money it moves is money/'s, who may call is access/'s, and faces/ only translate.
  */
 import { randomUUID } from 'node:crypto';
@@ -21,7 +21,10 @@ import { PLAN_MAX_IN_FLIGHT, slotOwner, type InFlightSlots } from '../access/in-
 import type { CreditReservations } from '../money/holds.js';
 import { assertEdgeToken, type EdgeTokenSealer } from '../access/edge-token.js';
 import { assertInKeyToolSet } from '../access/tool-sets.js';
-import type { CallJobData, CallResult } from '../queue/call-job.js';
+import { jobLostError, type CallJobData, type CallResult } from '../queue/call-job.js';
+import { inputDigest, type IntentStore, type IntentWriter } from './intents.js';
+import { currentIdempotency } from './idempotency.js';
+import { sealedInput } from '../queue/job-seal.js';
 import { parseOrThrow } from '../errors.js';
 import type { DeferredHit } from '../access/rate-limit.js';
 import { annotate, callAttributes, traced } from '../tracing.js';
@@ -91,6 +94,8 @@ export class CallService {
       slots: InFlightSlots;
       /** Stored answers (job_results): GET /jobs/{id} once Redis no longer knows the job. */
       results?: ResultsStore;
+      /** Job intents (src/calls/intents.ts): written at admission, read when neither Redis nor job_results knows a job. */
+      intents?: { writer: IntentWriter; store: IntentStore };
     },
   ) {}
 
@@ -123,21 +128,46 @@ export class CallService {
       sandbox,
       requestId,
       ...(edgeToken && tool.needsEdgeToken ? { edgeToken: this.deps.sealer.seal(edgeToken) } : {}),
+      ...(tool.sensitive ? sealedInput(this.deps.config, tool.name, key?.accountId ?? null, input) : {}),
     };
   }
 
   /**
    * Admission of every job of a request at once: a slot each under the caller's cap on jobs in flight
    * (429 concurrency_limited), then credit holds (402 when the balance or a sub-key's month can't
-   * cover them). Either all are admitted or nothing is held.
+   * cover them). Either all are admitted or nothing is held. A key's jobs then get their intents
+   * committed (`rootId`: the request's root job, for chain and parallel steps), before any of them is
+   * queued or its id told: a job accepted is a job recorded, and one Redis then loses is `lost`, not
+   * unknown. Without its intents nothing is admitted (503, the hold and slot given back).
    */
-  async reserve(caller: Caller, jobs: Array<{ jobId: string; data: CallJobData }>, rate?: DeferredHit): Promise<void> {
+  async reserve(caller: Caller, jobs: Array<{ jobId: string; data: CallJobData }>, rate?: DeferredHit, rootId?: string): Promise<void> {
     try {
       await traced('admission', () => this.admit(caller, jobs, rate), { 'tollgate.jobs': jobs.length });
     } catch (e) {
       // Redis or Postgres unreachable: 503 with Retry-After. Whatever was taken before the failure is
       // given back by the reconciler (no job will ever exist for it).
       throw asDependencyError(e);
+    }
+    const intents = this.deps.intents;
+    if (caller.kind !== 'key' || !intents) return;
+    const idem = currentIdempotency();
+    const rows = jobs.map(({ jobId, data }) => ({
+      jobId,
+      accountId: caller.accountId,
+      keyId: caller.keyId,
+      tool: data.tool,
+      digest: idem ? Buffer.from(idem.fingerprint, 'hex') : inputDigest(data.tool, data.input),
+      idem: idem?.idem ?? null,
+      rootId: rootId ?? null,
+    }));
+    try {
+      await traced('intent', () => intents.writer.record(rows), { 'tollgate.jobs': rows.length });
+    } catch {
+      await this.release(
+        caller,
+        jobs.map((j) => j.jobId),
+      ).catch(() => {});
+      throw dependencyUnavailable();
     }
   }
 
@@ -230,7 +260,15 @@ export class CallService {
     }
     // Redis no longer knows the job (removed, expired, or Redis lost its data): Postgres has its answer.
     const stored = caller.kind !== 'key' ? null : await this.deps.results?.get(jobId);
-    if (!stored || !owns(stored.keyId)) throw notFound;
+    if (!stored) {
+      // No outcome: its intent says whether it was accepted, and lost (410) or not yet found lost.
+      const intent = caller.kind !== 'key' ? null : await this.deps.intents?.store.find(jobId);
+      if (!intent || !owns(intent.keyId)) throw notFound;
+      if (intent.state === 'lost') throw jobLostError(jobId);
+      // Accepted, not in Redis, not yet past the reconciler: it reads as queued until it is marked lost.
+      return { status: 200, body: { job_id: jobId, status: 'queued', progress: null } };
+    }
+    if (!owns(stored.keyId)) throw notFound;
     if (stored.status === 'completed') return { status: 200, body: ResultsStore.answer(jobId, stored) };
     throw withJob(AppError.fromJSON(stored.body as unknown as SerializedError), jobId);
   }

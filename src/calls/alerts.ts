@@ -15,10 +15,9 @@ import type { Webhooks } from './webhooks.js';
  * row per (account, key, threshold, period) with ON CONFLICT DO NOTHING: of every replica that sees a
  * crossing, only the one whose insert lands gets the event back to queue. The check compares the
  * committed spend with each threshold (not "this charge crossed it"), so the later of two concurrent
- * checks sees both charges and none is missed. The event's delivery record is written in the same
- * statement, and the delivery itself is the webhook machinery's (src/calls/webhooks.ts: signed,
- * retried, every attempt recorded); an event whose queueing was lost is queued by its account's next
- * check.
+ * checks sees both charges and none is missed. The event's delivery is its row in the webhook outbox,
+ * written by the same statement (so an event is never without its delivery, nor sent twice), and
+ * sent by the webhook relay (src/calls/webhooks.ts: signed, retried, every attempt recorded).
  */
 
 export const CAP_PERCENTS_MAX = 10;
@@ -84,22 +83,20 @@ export class Alerts {
   constructor(private readonly deps: { pool: DatabasePool; webhooks: Webhooks; log: Logger }) {}
 
   /**
-   * Checks the thresholds of the accounts and keys just charged (settlement's `onCharged`) and queues
-   * the events that are due. One statement for accounts without alerts: it finds no settings.
+   * Checks the thresholds of the accounts and keys just charged (settlement's `onCharged`); the events
+   * due are written with their outbox rows, and this process's relay is woken. One statement for
+   * accounts without alerts: it finds no settings.
    */
   async check(charged: Array<Pick<Settlement, 'accountId' | 'keyId'>>): Promise<void> {
     const seen = new Set<string>();
     const batch = charged
       .map((c) => ({ account_id: c.accountId, key_id: c.keyId }))
       .filter((c) => !seen.has(`${c.account_id}/${c.key_id}`) && seen.add(`${c.account_id}/${c.key_id}`));
-    const due = await this.deps.pool.any(sql.type(DueRow)`SELECT id, account_id, type, url, body FROM alert_check(${sql.jsonb(batch)})`);
+    const { outbox } = this.deps.webhooks;
+    const due = await this.deps.pool.any(sql.type(DueRow)`
+      SELECT id, account_id, type, url, body FROM alert_check(${sql.jsonb(batch)}, ${outbox.scope})`);
     if (!due.length) return;
-    await this.deps.webhooks.events(due.map((d) => ({ id: d.id, accountId: d.account_id, type: d.type, url: d.url })));
-    await this.deps.pool.query(sql.unsafe`
-      UPDATE alert_events SET queued_at = now() WHERE id = ANY(${sql.array(
-        due.map((d) => d.id),
-        'uuid',
-      )}) AND queued_at IS NULL`);
+    outbox.wake();
     this.deps.log.info({ events: due.map((d) => d.type) }, 'spend alerts queued');
   }
 

@@ -1,11 +1,18 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash, randomUUID } from 'node:crypto';
-import type { Redis } from '../queue/redis.js';
+import { asDependencyError, type Redis } from '../queue/redis.js';
 import { AppError } from '../errors.js';
+import { idempotencyDigest, type DurableClaim } from './intents.js';
 
 export interface StoredResponse {
   status: number;
   headers: Record<string, string>;
   body: unknown;
+  /**
+   * Keep a success by reference to its job whatever its size, never its body: the answer of a
+   * sensitive tool, sealed where it is stored (src/queue/job-seal.ts), is not copied into Redis in clear.
+   */
+  byReference?: boolean;
 }
 
 /**
@@ -55,6 +62,51 @@ export function stillRunning(jobId: string): AppError {
   );
 }
 
+/** The Idempotency-Key a request runs under, as its job intents record it (src/calls/intents.ts). */
+export interface IdempotencyContext {
+  /** SHA-256 of the key and its scope. */
+  idem: Buffer;
+  /** The request's fingerprint (hex). */
+  fingerprint: string;
+}
+
+const current = new AsyncLocalStorage<IdempotencyContext>();
+
+/** The Idempotency-Key of the request whose work is running now (admission writes it into the intents). */
+export function currentIdempotency(): IdempotencyContext | undefined {
+  return current.getStore();
+}
+
+/** Where a key's use outlives its Redis claim: the job intents, asked only while claims may have been lost. */
+export interface DurableClaims {
+  mayHaveLost(): boolean;
+  byIdempotencyKey(idem: Buffer): Promise<DurableClaim | null>;
+}
+
+function inProgress(): AppError {
+  return new AppError(
+    'idempotency_in_progress',
+    'A request with this Idempotency-Key is still running; retry shortly',
+    { retry_after: 1 },
+    { headers: { 'retry-after': '1' } },
+  );
+}
+
+function reusedKey(): AppError {
+  return new AppError('idempotency_key_reused', 'This Idempotency-Key was used with a different request body; use a new key for a new request');
+}
+
+/**
+ * Whether a key keeps this failure as its answer: a caller's error (4xx but 429) is final, and so is an
+ * error after which something was charged (a chain failing at a later step) even when it is a 5xx:
+ * retrying would run and charge the completed steps again. A lost job (job_lost) ran nothing and never
+ * will, and a 5xx or 429 with nothing charged is worth retrying: those free the key.
+ */
+function keptFailure(e: AppError): boolean {
+  if (e.code === 'job_lost') return false;
+  return (e.status !== 429 && e.status < 500) || Number(e.details.cost_cents ?? 0) > 0;
+}
+
 const TTL_SECONDS = 24 * 3600;
 /** A live request renews its claim every third of this; a dead one's claim is taken over after it. */
 export const LEASE_MS = 10_000;
@@ -100,7 +152,15 @@ if raw and cjson.decode(raw).token == ARGV[1] then redis.call('DEL', KEYS[1]) en
 return 1
 `;
 
+// KEYS: entry   ARGV: the entry as read, the claim to put in its place, ttl (s)
+const SWAP = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', tonumber(ARGV[3]))
+return 1
+`;
+
 type Scripted = Redis & {
+  tgIdemSwap(keys: 1, ...args: Array<string | number>): Promise<number>;
   tgIdemClaim(keys: 1, ...args: Array<string | number>): Promise<[number, string]>;
   tgIdemTouch(keys: 1, ...args: Array<string | number>): Promise<number>;
   tgIdemDrop(keys: 1, ...args: string[]): Promise<number>;
@@ -119,6 +179,12 @@ type Scripted = Redis & {
  */
 export class Idempotency {
   private readonly redis: Scripted;
+  /**
+   * Set by the container: a fresh claim of a key Redis may have forgotten (it lost its data in the
+   * last day) asks the job intents whether the key was used, so a retry of a job that ran is answered
+   * from it and a retry of a lost one runs, once.
+   */
+  durable: DurableClaims | null = null;
 
   constructor(
     redis: Redis,
@@ -137,6 +203,7 @@ export class Idempotency {
       r.defineCommand('tgIdemClaim', { lua: CLAIM });
       r.defineCommand('tgIdemTouch', { lua: TOUCH });
       r.defineCommand('tgIdemDrop', { lua: DROP });
+      r.defineCommand('tgIdemSwap', { lua: SWAP });
     }
     this.redis = redis as Scripted;
   }
@@ -180,47 +247,65 @@ export class Idempotency {
     };
     let produce = () => exec(track);
     let replayed = false;
-    if (status === 0) {
-      const entry = JSON.parse(raw) as Entry;
-      if (entry.fingerprint !== fingerprint) {
-        throw new AppError('idempotency_key_reused', 'This Idempotency-Key was used with a different request body; use a new key for a new request');
+    const idem = idempotencyDigest(scope, idemKey);
+    const held = status === 0 ? (JSON.parse(raw) as Entry) : null;
+    if (held && (await this.stale202(key, raw, held, claim, idem))) {
+      // The first request answered 202 for a job the queue has since lost: this retry took the key
+      // over (compare-and-set, so of two racing retries one runs) and runs for real.
+    } else if (held) {
+      if (held.fingerprint !== fingerprint) throw reusedKey();
+      if (held.state === 'running' || !held.response) {
+        throw inProgress();
       }
-      if (entry.state === 'running' || !entry.response) {
-        throw new AppError(
-          'idempotency_in_progress',
-          'A request with this Idempotency-Key is still running; retry shortly',
-          { retry_after: 1 },
-          { headers: { 'retry-after': '1' } },
-        );
-      }
-      if ('ref' in entry.response) {
-        const { ref, ...kept } = entry.response;
+      if ('ref' in held.response) {
+        const { ref, ...kept } = held.response;
         const answer = recover ? await recover([ref]) : null;
         if (!answer || answer.status !== kept.status)
           throw new AppError('not_found', `The answer of this request (job ${ref}) is no longer stored`, { job_id: ref });
         return { ...kept, body: answer.body, replayed: true };
       }
-      return { ...entry.response, replayed: true };
+      return { ...held.response, replayed: true };
     }
-    if (status === 2) {
-      const jobIds = ((JSON.parse(raw) as Entry).job_ids ?? '').split(',').filter(Boolean);
-      // The first owner queued work before it died: that work is the answer, never a second run.
-      // (`recover` answers null when no job of them exists: nothing ran, so this retry runs for real.)
-      if (jobIds.length && recover) {
-        produce = async () => {
-          const answer = await recover(jobIds);
-          if (!answer) return exec(track);
-          replayed = true;
-          return answer;
-        };
+    // The jobs an earlier request with this key queued are the answer, never a second run. `recover`
+    // answers null when none of them exists (nothing ran), throws job_lost for lost ones (they will
+    // never run) and throws the job's own failure when it failed: a failure the key would not have kept
+    // (a 5xx or 429 with nothing charged, such as 503 after its settlement could not reach Postgres)
+    // frees the key as it would have on the first request. Then this request runs for real.
+    const fromJobs = (jobIds: string[]) => async () => {
+      let answer: StoredResponse | null;
+      try {
+        answer = await recover!(jobIds);
+      } catch (e) {
+        if (e instanceof AppError && (e.code === 'job_lost' || (typeof e.details.job_id === 'string' && !keptFailure(e)))) return exec(track);
+        throw e;
       }
+      if (!answer) return exec(track);
+      replayed = true;
+      return answer;
+    };
+    if (status === 2) {
+      // The first owner queued work before it died.
+      const jobIds = ((JSON.parse(raw) as Entry).job_ids ?? '').split(',').filter(Boolean);
+      if (jobIds.length && recover) produce = fromJobs(jobIds);
+    } else if (recover && this.durable?.mayHaveLost()) {
+      // A fresh claim, but Redis lost its data lately: the key may have been used before that.
+      let prior: DurableClaim | null;
+      try {
+        prior = await this.durable.byIdempotencyKey(idem);
+        if (prior && !prior.lost && prior.fingerprint !== fingerprint) throw reusedKey();
+      } catch (e) {
+        await this.redis.tgIdemDrop(1, key, token).catch(() => {});
+        throw asDependencyError(e);
+      }
+      if (prior && !prior.lost) produce = fromJobs(prior.jobIds);
     }
 
     const renew = setInterval(() => void this.touch(key, token).catch(() => {}), Math.max(50, Math.floor(this.leaseMs / 3)));
     renew.unref();
     let response: StoredResponse;
     try {
-      response = await produce();
+      // Admission records the key with the request's job intents (src/calls/admission.ts).
+      response = await current.run({ idem, fingerprint }, produce);
     } catch (e) {
       clearInterval(renew);
       if (e instanceof ClientGone || (e instanceof AppError && e.code === 'idempotency_in_progress')) {
@@ -228,10 +313,7 @@ export class Idempotency {
         await this.redis.tgIdemTouch(1, key, token, 0, '');
         throw e;
       }
-      // An error after which something was charged (a chain failing at a later step) is kept even
-      // when it is a 5xx: retrying would run and charge the completed steps again.
-      const charged = e instanceof AppError && Number(e.details.cost_cents ?? 0) > 0;
-      if (e instanceof AppError && ((e.status !== 429 && e.status < 500) || charged) && !release?.(e)) {
+      if (e instanceof AppError && keptFailure(e) && !release?.(e)) {
         const stored: StoredResponse = { status: e.status, headers: e.headers, body: { error: { code: e.code, message: e.message, ...e.details } } };
         await this.store(key, fingerprint, stored);
       } else {
@@ -247,11 +329,38 @@ export class Idempotency {
       const large = Buffer.byteLength(whole) > this.bounds.inlineBytes;
       // A large success is its job's stored answer: the entry names the job (the response's own, else its
       // only one) and a replay reads the body back through `recover`, as a retry after a crash would.
-      const ref = large && recover && response.status < 300 ? (response.headers['x-job-id'] ?? (tracked.length === 1 ? tracked[0] : undefined)) : undefined;
+      const ref =
+        (large || response.byReference) && recover && response.status < 300
+          ? (response.headers['x-job-id'] ?? (tracked.length === 1 ? tracked[0] : undefined))
+          : undefined;
       if (ref) await this.store(key, fingerprint, { status: response.status, headers: response.headers, body: null, ref });
+      // A sensitive answer that cannot be kept by reference is not kept: a retry runs again.
+      else if (response.byReference && response.status < 300) await this.redis.tgIdemDrop(1, key, token);
       else await this.redis.set(key, whole, 'EX', large ? Math.min(this.bounds.largeTtlSeconds, TTL_SECONDS) : TTL_SECONDS);
     }
     return { ...response, replayed };
+  }
+
+  /**
+   * Whether `raw` (parsed: `entry`) is a 202 answer (its job still to come) whose job the intents say was lost, and this
+   * request swapped its own claim in for it. A 202 stored for a job lost afterwards would otherwise be
+   * replayed for a day, each replay pointing at a job that answers 410 job_lost and asks for exactly
+   * this retry. Asked on every replay of a 202, not only after Redis lost data: a job is also lost when
+   * the API dies between its intent and the queue, and a retry that found its intent still young
+   * stored the 202 (one indexed Postgres read per replayed 202).
+   */
+  private async stale202(key: string, raw: string, entry: Entry, claim: Entry, idem: Buffer): Promise<boolean> {
+    if (!this.durable) return false;
+    const response = entry.response;
+    if (!response || 'ref' in response || response.status !== 202 || entry.fingerprint !== claim.fingerprint) return false;
+    const jobId = response.headers['x-job-id'] ?? (response.body as { job_id?: unknown } | null)?.job_id;
+    if (typeof jobId !== 'string') return false;
+    const prior = await this.durable.byIdempotencyKey(idem).catch((e: Error) => {
+      throw asDependencyError(e);
+    });
+    if (!prior?.lost || !prior.jobIds.includes(jobId)) return false;
+    if ((await this.redis.tgIdemSwap(1, key, raw, JSON.stringify(claim), TTL_SECONDS)) === 1) return true;
+    throw inProgress();
   }
 
   private async touch(key: string, token: string, jobId = ''): Promise<void> {

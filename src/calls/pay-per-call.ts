@@ -1,19 +1,20 @@
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
-import { sql, type DatabasePool } from '../db/pool.js';
+import type { DatabasePool } from '../db/pool.js';
 import { AppError, isAppError } from '../errors.js';
 import type { PayerCaller } from '../access/auth.js';
 import type { Idempotency, StoredResponse } from './idempotency.js';
 import type { RateLimiter } from '../access/rate-limit.js';
 import {
   abandonPayment,
-  admitPayment,
+  admitOrReplay,
   completePayment,
   decodePayment,
   hasPayment,
   paymentIdentifierDeclaration,
   paymentIdentifierOf,
   paymentRequiredError,
+  recordPaidCall,
   withRequirements,
   type AdmittedPayment,
   type PaidCall,
@@ -79,10 +80,13 @@ export class PayPerCall {
     if (!hasPayment(input.payment)) throw paymentRequiredError(x402.config, call);
     const identifier = this.identifierOf(input.payment, call);
     if (identifier) return this.runIdentified(input, call, identifier, exec);
-    const admitted = await this.admit(input, call);
+    const admission = await this.admit(input, call);
+    // This payment already paid for this request, and settled: its answer again (a retry after a crash).
+    if ('replay' in admission) return { ...admission.replay, replayed: true };
+    const admitted = admission;
     let settled = false;
     const paid = () =>
-      this.runPaid(admitted, exec, () => {
+      this.runPaid(admitted, input, exec, () => {
         settled = true;
       });
 
@@ -125,19 +129,26 @@ export class PayPerCall {
       .update(`${identifier.paymentDigest}\n${input.idempotency?.fingerprint ?? ''}`)
       .digest('hex');
     let ran = false;
+    let replayed = false;
     try {
-      return await this.deps.idempotency.run(
+      const out = await this.deps.idempotency.run(
         `x402-pid:${identifier.payer}`,
         identifier.id,
         fingerprint,
         async () => {
-          const admitted = await this.admit(input, call);
+          const admission = await this.admit(input, call);
+          // The first request's owner died after settling (its claim was taken over): the payment's stored answer.
+          if ('replay' in admission) {
+            replayed = true;
+            return admission.replay;
+          }
           ran = true;
-          return this.runPaid(admitted, exec);
+          return this.runPaid(admission, input, exec);
         },
         undefined,
         () => !ran,
       );
+      return replayed ? { ...out, replayed } : out;
     } catch (e) {
       if (isAppError(e) && e.code === 'idempotency_key_reused') {
         throw new AppError(
@@ -162,11 +173,13 @@ export class PayPerCall {
   /**
    * Verifies and reserves the payment (nothing runs before), then counts the payer against X402_RPM.
    * A payer is known only once its payment is verified; past its limit nothing runs and the
-   * payment is released unsettled, so a refused call costs the payer nothing.
+   * payment is released unsettled, so a refused call costs the payer nothing. A payment that already
+   * paid for this same request and settled comes back as its stored answer (`replay`).
    */
-  private async admit(input: PaidRun, call: PaidCall): Promise<AdmittedPayment> {
+  private async admit(input: PaidRun, call: PaidCall): Promise<AdmittedPayment | { replay: StoredResponse }> {
     const { x402 } = this.deps;
-    const admitted = await admitPayment(x402, input.payment, call);
+    const admitted = await admitOrReplay(x402, input.payment, call, input.idempotency?.fingerprint ?? '');
+    if ('replay' in admitted) return admitted;
     if (this.payerLimit) {
       try {
         await this.payerLimit.limiter.hit(`payer:${admitted.payer.toLowerCase()}`, this.payerLimit.rpm, input.calls ?? 1);
@@ -178,8 +191,11 @@ export class PayPerCall {
     return admitted;
   }
 
-  /** Runs the call as the payer and settles before the result is returned; a failure settles nothing. */
-  private async runPaid(admitted: AdmittedPayment, exec: PaidExec, onSettled: () => void = () => {}): Promise<StoredResponse> {
+  /**
+   * Runs the call as the payer and settles before the result is returned; a failure settles nothing.
+   * The answer is kept with the payment before settling, so a crash during settlement loses neither.
+   */
+  private async runPaid(admitted: AdmittedPayment, input: PaidRun, exec: PaidExec, onSettled: () => void = () => {}): Promise<StoredResponse> {
     const { x402 } = this.deps;
     const jobIds: string[] = [];
     let res: StoredResponse;
@@ -198,7 +214,11 @@ export class PayPerCall {
       throw e;
     }
     // On failure completePayment has marked the payment failed and throws; nothing reaches the ledger.
-    const { headers } = await completePayment(x402, admitted);
+    const { headers } = await completePayment(x402, admitted, {
+      answer: { status: res.status, headers: res.headers, body: res.body },
+      fingerprint: input.idempotency?.fingerprint ?? '',
+      jobId: jobIds[0],
+    });
     onSettled();
     await this.record(admitted, jobIds);
     return { ...res, headers: { ...res.headers, ...headers } };
@@ -208,11 +228,14 @@ export class PayPerCall {
     await abandonPayment(this.deps.x402, admitted, reason);
   }
 
-  /** The paid call in the ledger under the payer's address; keyed by payment, so it is written once. */
+  /** The paid call in the ledger under the payer's address; keyed by payment, so it is written once (the reconciler uses the same key). */
   private async record(admitted: AdmittedPayment, jobIds: string[]): Promise<void> {
-    await this.deps.pool.query(sql.unsafe`
-      INSERT INTO ledger (entry_key, account_id, kind, tool, delta_cents, payer)
-      VALUES (${`x402:${admitted.id}:${jobIds[0] ?? ''}`}, NULL, 'payment', ${admitted.call.tool}, ${-admitted.call.priceCents}, ${admitted.payer})
-      ON CONFLICT (entry_key) DO NOTHING`);
+    await recordPaidCall(this.deps.pool, {
+      paymentId: admitted.id,
+      jobId: jobIds[0],
+      tool: admitted.call.tool,
+      priceCents: admitted.call.priceCents,
+      payer: admitted.payer,
+    });
   }
 }

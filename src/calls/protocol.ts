@@ -281,6 +281,9 @@ export class ProtocolService {
     }
     const view = await this.deps.queues.view(jobId).catch(() => null);
     const owner = view ? view.data.keyId : ((await this.deps.records.raw(jobId))?.keyId ?? (await this.deps.results?.get(jobId))?.keyId ?? null);
+    // Known nowhere with an owner: GET /jobs/{id} says what became of it (410 job_lost for a job the
+    // queue lost, 404 for none of this key's), and a stream of it is refused the same way.
+    if (owner === null && !view) await this.deps.calls.jobStatus(caller, jobId);
     if (!ownsJob(caller, owner)) throw notFound;
     return { kind: 'job', jobId, logId: view?.data.eventLog ?? jobId };
   }
@@ -386,7 +389,7 @@ export class ProtocolService {
       if (mode === 'chain' && i < n - 1) data.laterSteps = ids.slice(i + 1);
       return { jobId: ids[i]!, family: tool.family, data };
     });
-    await calls.reserve(caller, steps);
+    await calls.reserve(caller, steps, undefined, rootId);
 
     const keys = mode === 'parallel' ? resultKeys(tools.map((t) => t.name)) : tools.map((t) => t.name);
     const key = caller.kind === 'key' ? caller : null;

@@ -8,7 +8,7 @@ import { createGuardedHttp } from '../tools/web/guarded-http.js';
 import { createResolver } from '../tools/web/resolver.js';
 import { createSearch } from '../tools/web/search-client.js';
 import { createLlm } from '../tools/llm/structured.js';
-import type { Redis } from '../queue/redis.js';
+import { dependencyUnavailable, isDependencyError, type Redis } from '../queue/redis.js';
 import type { ToolContext, ToolProgress } from '../tools/types.js';
 import type { SandboxPool } from '../sandbox/pool.js';
 import type { AccountsRepo } from '../access/accounts.js';
@@ -19,6 +19,7 @@ import type { ResultsStore } from '../money/results.js';
 import { redactToken, type EdgeTokenSealer } from '../access/edge-token.js';
 import { invalidInput } from '../errors.js';
 import { storedAnswer } from '../queue/result-refs.js';
+import { inputBinding, jobSeal, resultBinding, type Sealed } from '../queue/job-seal.js';
 
 function answerTooLarge(tool: string, bytes: number, max: number): AppError {
   return new AppError(
@@ -27,6 +28,19 @@ function answerTooLarge(tool: string, bytes: number, max: number): AppError {
     { limit: 'size', limit_value: max, bytes },
     { retryable: false },
   );
+}
+
+/**
+ * A sensitive tool's progress as it leaves the worker (BullMQ progress, the event log, SSE): its
+ * figures, never its text (`delta`, `message`), which would be the caller's secret in clear.
+ */
+function figuresOnly(p: ToolProgress): ToolProgress {
+  return {
+    stage: p.stage,
+    ...(p.done !== undefined ? { done: p.done } : {}),
+    ...(p.total !== undefined ? { total: p.total } : {}),
+    ...(p.unit !== undefined ? { unit: p.unit } : {}),
+  };
 }
 
 /** The worker-side view of one job run, kept free of BullMQ types. */
@@ -110,7 +124,10 @@ export class ToolRunner {
       }
       const tool = findTool(data.tool);
       if (!tool) throw new AppError('tool_not_found', `No tool named '${data.tool}'`);
-      let raw = data.input;
+      // A sensitive tool's input is sealed in the job (src/queue/job-seal.ts): opened here, in memory only.
+      let raw = data.sealedInput
+        ? (jobSeal(this.deps.config).open(data.sealedInput, inputBinding(data.tool, data.accountId)) as Record<string, unknown>)
+        : data.input;
       if (data.qFromPrevious) raw = { ...raw, ...qInput(tool, outputAsQ(await job.previousOutput())) };
       const parsed = tool.input.safeParse(raw);
       if (!parsed.success) throw invalidInput(parsed.error, `Input for ${tool.name} is invalid`);
@@ -122,18 +139,18 @@ export class ToolRunner {
       };
       const log = this.deps.log.child({ job: job.id, tool: tool.name });
       const { sandbox } = this.deps;
+      const progress = tool.sensitive ? (p: ToolProgress) => job.progress(figuresOnly(p)) : (p: ToolProgress) => job.progress(p);
       // The pool's fairness counts per payer: the account, or the x402 payer address.
       const sandboxCall = {
         owner: accountId ?? (data.payer ? `payer:${data.payer}` : 'anonymous'),
         label: tool.name,
         limits: tool.limits,
         signal: job.signal,
-        progress: (p: ToolProgress) => job.progress(p),
+        progress,
         log,
       };
       let result: unknown;
       const { config } = this.deps;
-      const progress = (p: ToolProgress) => job.progress(p);
       // The event loop's context: everything a handler may use (network clients, store, balance).
       const eventLoopContext = (): ToolContext => {
         const dns = createResolver(config);
@@ -191,13 +208,16 @@ export class ToolRunner {
       const cost = data.sandbox ? 0 : data.payer ? data.listPriceCents : data.priceCents;
       // Calls paid per call (x402) are recorded by the API once their payment settles, not here.
       if (!stored || !accountId) return { result, cost_cents: cost, remaining_credits: null };
+      // A sensitive tool's answer goes to job_results sealed, bound to this job.
+      const sealed: Sealed | null = tool.sensitive ? jobSeal(config).seal(result, resultBinding(job.id)) : null;
+      const storedJson = sealed ? JSON.stringify(sealed) : resultJson;
       // The charge (if any) and this answer, in one statement with the rest of the batch.
       const settled = await this.deps.settler.settle({
         ...this.settlement(data, job, 'completed'),
         amount: data.priceCents,
         costCents: cost,
-        result,
-        resultJson,
+        result: sealed ?? result,
+        resultJson: storedJson,
         usage: Object.keys(usage).length ? usage : null,
         // Its account's slot for this job goes back with the batch's holds.
         slotId: job.id,
@@ -209,7 +229,7 @@ export class ToolRunner {
         const prior = await this.deps.results.get(job.id);
         if (prior) return await this.answerWith(data, job, prior);
       }
-      job.storedWhole = resultBytes <= config.RESULT_MAX_BYTES;
+      job.storedWhole = (sealed ? Buffer.byteLength(storedJson) : resultBytes) <= config.RESULT_MAX_BYTES;
       return {
         result,
         cost_cents: cost,
@@ -284,8 +304,10 @@ export class ToolRunner {
   }
 
   /** Answers with a stored outcome: the completed body as first answered, or its failure (final). */
-  private async answerWith(data: CallJobData, job: JobRun, prior: StoredOutcome): Promise<CallResult> {
+  private async answerWith(data: CallJobData, job: JobRun, stored: StoredOutcome): Promise<CallResult> {
     const jobId = job.id;
+    // Settlement hands back the row as stored: a sensitive tool's answer sealed.
+    const prior = jobSeal(this.deps.config).openOutcome(jobId, stored);
     // A run that settled and then died before its webhook was queued: queued now (once; deliveries are keyed by job id).
     if (data.callbackUrl && data.accountId) {
       await this.deps.settler
@@ -326,6 +348,9 @@ export class ToolRunner {
       const msg = redactToken(e.message, edgeToken);
       return msg === e.message ? e : new AppError(e.code, msg, e.details, { retryable: e.retryable });
     }
+    // Postgres or Redis unreachable (a settlement's connection terminated): not the tool's fault. Retried
+    // like any fault; if the attempts run out the caller gets 503 service_unavailable (retry), not a 500.
+    if (isDependencyError(e)) return dependencyUnavailable();
     // A fault: logged with its stack (where the bug is), the edge token redacted from both.
     const message = redactToken(e instanceof Error ? e.message : String(e), edgeToken);
     const stack = e instanceof Error && e.stack ? redactToken(e.stack, edgeToken) : undefined;

@@ -1,5 +1,4 @@
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
-import { DelayedError, Queue, Worker, type Job } from 'bullmq';
 import type { Logger } from 'pino';
 import { request } from 'undici';
 import { z } from 'zod';
@@ -7,9 +6,10 @@ import type { Config } from '../config.js';
 import { sql, type DatabasePool } from '../db/pool.js';
 import { AppError, isAppError, type SerializedError } from '../errors.js';
 import { ResultsStore } from '../money/results.js';
-import { connectRedis, type Redis } from '../queue/redis.js';
+import type { Redis } from '../queue/redis.js';
 import { accountTag, queuePrefix } from '../queue/keyspace.js';
 import { familyOfJob, queueName } from '../queue/queues.js';
+import { isSealed, jobSeal } from '../queue/job-seal.js';
 import type { EdgeTokenSealer } from '../access/edge-token.js';
 import { PinnedAgent, vetDestination, withoutAddresses } from '../tools/web/net-guard.js';
 import { pgSafeValue } from '../db/pg-text.js';
@@ -18,28 +18,38 @@ import { createResolver, type DnsResolver } from '../tools/web/resolver.js';
 /**
  * Webhooks for async jobs. A charged call may name a Callback-Url (checked at admission by
  * `vetCallbackUrl`, and counted among the account's outstanding deliveries by `PendingDeliveries`);
- * when its job ends, settlement (src/money/settlement.ts, worker side, so it holds even when the API
- * process that admitted the job is gone) hands it to `Webhooks.ended`, which queues one delivery per
- * job on the `webhooks` queue. The delivery worker POSTs the body GET /jobs/{id} answers, signed as
- * Standard Webhooks says (https://www.standardwebhooks.com: `webhook-id`, `webhook-timestamp`,
- * `webhook-signature`) with the account's secret, and records every attempt in Postgres
- * (migrations/010_webhooks.sql) for GET /jobs/{id} to show.
+ * its delivery is a row of the Postgres outbox (`webhook_jobs`, migrations/019_webhook_outbox.sql)
+ * written in the same transaction as the outcome it reports: the job's settlement
+ * (src/money/settlement.ts), a spend alert's event (src/calls/alerts.ts), a cancel, or for a chain or
+ * parallel request its acceptance (`watch`). A relay in every worker process claims due rows and POSTs
+ * the body GET /jobs/{id} answers, signed as Standard Webhooks says (https://www.standardwebhooks.com:
+ * `webhook-id`, `webhook-timestamp`, `webhook-signature`) with the account's secret, and records every
+ * attempt in Postgres for GET /jobs/{id} to show. A row is done once it was delivered or given up after
+ * WEBHOOK_ATTEMPTS; nothing accepted is lost while Redis is down or after it comes back empty.
+ *
+ * Why deliveries are sent from Postgres and not through a BullMQ queue: with a queue, a delivery would
+ * live in two places (the outbox row and a Redis job) and every Redis loss would need the two compared
+ * and the lost ones found and queued again. Here the row is the delivery: its backoff (`next_at`), its
+ * attempts and its outcome are columns, claimed with FOR UPDATE SKIP LOCKED (so replicas never send a
+ * row at the same time) under a lease that brings back the row of a relay that died mid-attempt. Redis
+ * being down does not even delay a delivery. The cost is a poll of a partial index of outstanding rows
+ * (POLL_MS, one indexed statement, nothing when the relay is woken by its own process's settlement).
+ *
+ * A receiver may see one delivery twice: a relay that dies after the receiver answered and before the
+ * outcome is recorded sends it again once its lease ends. The `webhook-id` is fixed when the row is
+ * written, so it is the same on every attempt and receivers drop the second.
  */
 
-export const WEBHOOK_QUEUE = 'webhooks';
-/**
- * Chain and parallel requests end in several jobs, with no single settlement to hang a delivery on:
- * a `watch` job per request waits (re-delayed, not retried) until the whole request has ended, then
- * stores its body and queues the delivery. Its worker runs in API processes, which can assemble a
- * request's body (src/calls/protocol.ts); it lives in Redis, so any API replica picks it up.
- */
-export const WEBHOOK_WATCH_QUEUE = 'webhook-watch';
 /** A request whose outcome is still unknown after this long is given up (its steps have long timed out). */
 const WATCH_GIVE_UP_MS = 48 * 3600_000;
+/** A chain or parallel request is looked at again after a quarter of its age, within these bounds. */
+const WATCH_MIN_MS = 250;
+const WATCH_MAX_MS = 30_000;
+/** A relay with nothing due looks again after this long (at once when its own process writes a row). */
+const POLL_MS = 500;
 /** The response body is read no further than this (then the connection is dropped). */
 const RESPONSE_PEEK_BYTES = 4096;
 const URL_MAX = 2048;
-
 /** Where a refused Callback-Url is named: the header on POST /tools/{name}, the field on POST /, PUT /alerts' `url`. */
 export type CallbackSource = 'Callback-Url' | 'callback_url' | 'url';
 
@@ -177,28 +187,9 @@ export class WebhookSecrets {
   }
 }
 
-/** What a delivery job carries (no secret: the worker reads it when it signs). */
-export interface DeliveryData {
-  jobId: string;
-  accountId: string;
-  url: string;
-  /** `webhook-id`: the same on every retry, and signed, so receivers can drop duplicates. */
-  deliveryId: string;
-  /** An account event (src/calls/alerts.ts), not a job's outcome: its type, sent as `tollgate-event`. */
-  event?: string;
-}
-
-/** An account event to deliver: its body is already stored in webhook_jobs under `evt_<id>`. */
-export interface AccountEvent {
-  id: string;
-  accountId: string;
-  type: string;
-  url: string;
-}
-
 /** Members of the pending set not yet bound to a job: `claim:<random>`. */
 const CLAIM_PREFIX = 'claim:';
-/** An unbound claim, or a job just bound that has no queued job yet, counts this long at most. */
+/** An unbound claim, or a job just bound that has no outbox row yet, counts this long at most. */
 const FRESH_MS = 60_000;
 /** The pending set of an account that takes no new callback expires this long after its last one. */
 const PENDING_TTL_MS = 8 * 86400_000;
@@ -227,7 +218,7 @@ redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
 return 1
 `;
 
-/** What a job id stands for in the queues, for `PendingDeliveries.repair`. */
+/** Whether something still stands for each job id (an outstanding delivery, a running job), for `PendingDeliveries.repair`. */
 type Liveness = (ids: string[]) => Promise<boolean[]>;
 
 /**
@@ -235,14 +226,15 @@ type Liveness = (ids: string[]) => Promise<boolean[]>;
  * a Redis sorted set per account (score: when last touched). A call with a Callback-Url takes a place
  * atomically before anything is reserved or queued (`claim`, 429 when full, so concurrent calls can
  * never take more places than there are), binds it to its job id once it has one (`bind`), and the
- * place is given back when the delivery finally succeeds or gives up (`release`, by the delivery
- * worker), or when the request was never queued.
+ * place is given back when the delivery finally succeeds or gives up (`release`, by the relay), or
+ * when the request was never queued.
  *
  * Crash tolerance: a place whose release was lost (a process died between a last attempt and its
  * release, a request that failed between binding and queueing) would hold a place forever. So when
- * the set is full, before refusing, every member is checked against the queues (`repair`, at most once
- * per REPAIR_EVERY_MS per account): one with an unfinished delivery, watch or tool job, or touched
- * within FRESH_MS, still counts; the others are dropped.
+ * the set is full, before refusing, every member is checked (`repair`, at most once per REPAIR_EVERY_MS
+ * per account): one with an outbox row not done, or no row yet and a tool job unfinished (or finished
+ * within FRESH_MS), or touched within FRESH_MS, still counts; the others are dropped. A Redis that came
+ * back empty forgets the places: the limit then counts from the calls after it.
  */
 export class PendingDeliveries {
   constructor(private readonly deps: { redis: Redis; config: Pick<Config, 'REDIS_PREFIX' | 'WEBHOOK_MAX_PENDING'>; live: Liveness; now?: () => number }) {}
@@ -283,11 +275,6 @@ export class PendingDeliveries {
     await this.deps.redis.eval(BIND, 1, this.key(accountId), claim, jobId, this.now());
   }
 
-  /** Marks a member as recently active (its delivery was just queued). */
-  async touch(accountId: string, jobId: string): Promise<void> {
-    await this.deps.redis.zadd(this.key(accountId), 'XX', this.now(), jobId);
-  }
-
   /** Gives a place back: the delivery succeeded or gave up, or the request was never queued. */
   async release(accountId: string, member: string): Promise<void> {
     await this.deps.redis.zrem(this.key(accountId), member);
@@ -325,15 +312,6 @@ export interface EndedJob {
   callbackUrl?: string;
 }
 
-/** What a watch job carries: the chain or parallel request and where its outcome goes. */
-export interface WatchData {
-  rootId: string;
-  accountId: string;
-  url: string;
-  since: number;
-  checks: number;
-}
-
 /**
  * The body GET /jobs/{root} answers once a chain or parallel request has ended; null while it runs;
  * undefined when there is no such request (it was never queued, or is no longer stored).
@@ -354,51 +332,168 @@ const ViewRow = z.object({
 
 class DeliveryFailed extends Error {}
 
+/** A due outbox row as the relay claims it; `attempts` counts this attempt. */
+const DueRow = z.object({
+  job_id: z.string(),
+  account_id: z.string(),
+  url: z.string(),
+  delivery_id: z.string(),
+  event: z.string().nullable(),
+  attempts: z.number().int(),
+});
+type Due = z.infer<typeof DueRow>;
+
+/**
+ * The relay's claim of up to `n` due rows of `scope`, leased for `leaseMs` (see `Webhooks.claimDue`).
+ * Its inner select is shaped for webhook_jobs_due (scope equal, next_at ordered, a LIMIT), so it needs
+ * no planner statistics.
+ */
+export function dueClaim(scope: string, n: number, leaseMs: number) {
+  return sql.type(DueRow)`
+    UPDATE webhook_jobs w SET attempts = w.attempts + 1, next_at = now() + ${leaseMs}::int * interval '1 millisecond'
+    FROM (
+      SELECT job_id FROM webhook_jobs
+      WHERE scope = ${scope} AND done_at IS NULL AND next_at <= now() AND (NOT flow OR body IS NOT NULL)
+      ORDER BY next_at LIMIT ${n} FOR UPDATE SKIP LOCKED
+    ) due
+    WHERE w.job_id = due.job_id
+    RETURNING w.job_id, w.account_id, w.url, w.delivery_id, w.event, w.attempts`;
+}
+
+/** A chain or parallel request's row as the watcher claims it, with its age. */
+const WatchRow = z.object({ job_id: z.string(), account_id: z.string(), age_ms: z.number() });
+type Watched = z.infer<typeof WatchRow>;
+
+/**
+ * Claims due work and runs it, at most `limit` at a time: `claim(n)` takes up to n items (leasing their
+ * rows in Postgres), `run` handles one. It claims again at once while it finds a full batch or was
+ * woken meanwhile; otherwise after POLL_MS. When Postgres does not answer it says so once and keeps
+ * trying at that pace.
+ */
+class Relay<T> {
+  private readonly running = new Set<Promise<void>>();
+  private stopped = false;
+  private woken = false;
+  private wakeUp: (() => void) | null = null;
+  private failing = false;
+  private readonly loop: Promise<void>;
+
+  constructor(
+    private readonly name: string,
+    private readonly limit: number,
+    private readonly claim: (n: number) => Promise<readonly T[]>,
+    private readonly run: (item: T) => Promise<void>,
+    private readonly log: Logger,
+  ) {
+    this.loop = this.cycle();
+  }
+
+  /** Something may be due now (a row was just written, or a run finished and freed a place). */
+  wake(): void {
+    this.woken = true;
+    this.wakeUp?.();
+  }
+
+  private async cycle(): Promise<void> {
+    while (!this.stopped) {
+      this.woken = false;
+      const free = this.limit - this.running.size;
+      let full = false;
+      if (free > 0) {
+        try {
+          const items = await this.claim(free);
+          if (this.failing) this.log.info(`${this.name}: claiming works again`);
+          this.failing = false;
+          full = items.length === free;
+          for (const item of items) {
+            const p: Promise<void> = this.run(item)
+              .catch((err: Error) => this.log.warn({ err: err.message }, `${this.name}: a run failed; its row is due again when its lease ends`))
+              .finally(() => {
+                this.running.delete(p);
+                this.wake();
+              });
+            this.running.add(p);
+          }
+        } catch (err) {
+          if (!this.failing) this.log.warn({ err: (err as Error).message }, `${this.name}: claiming due rows failed; trying again`);
+          this.failing = true;
+        }
+      }
+      if (this.stopped || ((full || this.woken) && this.running.size < this.limit && !this.failing)) continue;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, POLL_MS);
+        this.wakeUp = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+        if (this.woken || this.stopped) this.wakeUp();
+      });
+      this.wakeUp = null;
+    }
+    await Promise.all(this.running);
+  }
+
+  /** Claims nothing more and waits for the runs in hand (each bounded by its timeouts). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.wakeUp?.();
+    await this.loop;
+  }
+}
+
 export class Webhooks {
-  private readonly queue: Queue<DeliveryData>;
-  private readonly watchQueue: Queue<WatchData>;
-  private worker: Worker<DeliveryData> | null = null;
-  private workerRedis: Redis | null = null;
-  private watcher: Worker<WatchData> | null = null;
-  private watcherRedis: Redis | null = null;
+  private relay: Relay<Due> | null = null;
+  private watcher: Relay<Watched> | null = null;
   readonly secrets: WebhookSecrets;
   readonly pending: PendingDeliveries;
   readonly resolver: DnsResolver;
+  /** What settlement needs to write outbox rows in its own statement (src/money/settlement.ts). */
+  readonly outbox: { scope: string; wake: () => void };
+  /**
+   * How long a claimed row stays another relay's: longer than one attempt can take (the DNS check and
+   * the request, each bounded by WEBHOOK_TIMEOUT_MS, and the reads and writes around them). A relay that
+   * dies mid-attempt leaves its rows due again after it.
+   */
+  private readonly leaseMs: number;
 
   constructor(private readonly deps: { config: Config; log: Logger; pool: DatabasePool; redis: Redis; sealer: EdgeTokenSealer; results: ResultsStore }) {
-    this.queue = new Queue<DeliveryData>(WEBHOOK_QUEUE, { connection: deps.redis, prefix: queuePrefix(deps.config.REDIS_PREFIX) });
-    this.watchQueue = new Queue<WatchData>(WEBHOOK_WATCH_QUEUE, { connection: deps.redis, prefix: queuePrefix(deps.config.REDIS_PREFIX) });
     this.secrets = new WebhookSecrets(deps.pool, deps.sealer);
     this.pending = new PendingDeliveries({ redis: deps.redis, config: deps.config, live: (ids) => this.live(ids) });
     this.resolver = createResolver(deps.config);
+    this.outbox = { scope: deps.config.REDIS_PREFIX, wake: () => this.relay?.wake() };
+    this.leaseMs = 3 * deps.config.WEBHOOK_TIMEOUT_MS + 5_000;
+  }
+
+  private get scope(): string {
+    return this.outbox.scope;
   }
 
   /**
-   * For each id in the pending set, whether something still stands for it: an unfinished delivery, an
-   * unfinished watch, or (before its delivery is queued) a tool job not finished or finished within
-   * FRESH_MS (settlement is about to queue its delivery). Reads job hashes as JobQueues.liveJobs does.
+   * For each id in the pending set, whether something still stands for it: its outbox row not done
+   * yet, or (before settlement writes the row) its tool job not finished or finished within FRESH_MS.
+   * One indexed read of the rows and one pipeline of job hashes, as JobQueues.liveJobs reads them.
    */
   private async live(ids: string[]): Promise<boolean[]> {
+    const rows = await this.deps.pool.any(sql.type(z.object({ job_id: z.string(), open: z.boolean() }))`
+      SELECT job_id, done_at IS NULL AS open FROM webhook_jobs WHERE job_id = ANY(${sql.array(ids, 'text')})`);
+    const open = new Map(rows.map((r) => [r.job_id, r.open]));
     const qp = queuePrefix(this.deps.config.REDIS_PREFIX);
     const pipe = this.deps.redis.pipeline();
     for (const id of ids) {
-      pipe.hmget(`${qp}:${WEBHOOK_QUEUE}:hook-${id}`, 'timestamp', 'finishedOn');
-      pipe.hmget(`${qp}:${WEBHOOK_WATCH_QUEUE}:watch-${id}`, 'timestamp', 'finishedOn');
       const family = familyOfJob(id);
       pipe.hmget(family ? `${qp}:${queueName(family)}:${id}` : `${qp}:none`, 'timestamp', 'finishedOn');
     }
-    const replies = ((await pipe.exec()) ?? []).map(([err, v]) => {
+    const tools = ((await pipe.exec()) ?? []).map(([err, v]) => {
       if (err) throw err;
       const [created, finished] = (v ?? []) as Array<string | null>;
       return { exists: created !== null, finishedOn: finished ? Number(finished) : null };
     });
     const now = Date.now();
-    return ids.map((_, i) => {
-      const [hook, watch, tool] = [replies[3 * i]!, replies[3 * i + 1]!, replies[3 * i + 2]!];
-      if (hook.exists) return hook.finishedOn === null;
-      if (watch.exists && watch.finishedOn === null) return true;
-      if (tool.exists) return tool.finishedOn === null || now - tool.finishedOn < FRESH_MS;
-      return false;
+    return ids.map((id, i) => {
+      const row = open.get(id);
+      if (row !== undefined) return row;
+      const tool = tools[i]!;
+      return tool.exists && (tool.finishedOn === null || now - tool.finishedOn < FRESH_MS);
     });
   }
 
@@ -408,106 +503,86 @@ export class Webhooks {
   }
 
   /**
-   * Called by settlement once a job's outcome is committed. Queues one delivery per job: the BullMQ
-   * job id is derived from the job id, so a job settled twice (a redelivery) is delivered once.
+   * Jobs that ended outside a settlement statement (a cancel; a stored outcome answered again): writes
+   * their outbox rows. Keyed by the job id, so a job whose row settlement already wrote keeps that one.
    */
   async ended(jobs: EndedJob[]): Promise<void> {
-    for (const j of jobs) {
-      if (!j.callbackUrl) continue;
-      await this.deps.pool.query(sql.unsafe`
-        INSERT INTO webhook_jobs (job_id, account_id, url) VALUES (${j.jobId}, ${j.accountId}, ${j.callbackUrl})
-        ON CONFLICT (job_id) DO NOTHING`);
-      await this.enqueue(j.jobId, j.accountId, j.callbackUrl);
-      await this.pending.touch(j.accountId, j.jobId).catch(() => {});
-    }
+    const hooked = jobs.filter((j) => j.callbackUrl);
+    if (!hooked.length) return;
+    await this.deps.pool.query(sql.unsafe`
+      INSERT INTO webhook_jobs (job_id, account_id, url, scope)
+      SELECT x.job_id, x.account_id, x.url, ${this.scope}
+      FROM jsonb_to_recordset(${sql.jsonb(hooked.map((j) => ({ job_id: j.jobId, account_id: j.accountId, url: j.callbackUrl })))}) AS x(job_id text, account_id uuid, url text)
+      ON CONFLICT (job_id) DO NOTHING`);
+    this.outbox.wake();
   }
 
   /**
-   * Queues the deliveries of account events (spend alerts) whose body and webhook_jobs row are
-   * written. The webhook-id is the event's own id, and the BullMQ job id is derived from it, so an
-   * event queued twice (two replicas picking up one whose queueing was lost) is delivered once.
-   */
-  async events(events: AccountEvent[]): Promise<void> {
-    for (const e of events) await this.enqueue(`evt_${e.id}`, e.accountId, e.url, { deliveryId: `evt_${e.id}`, event: e.type });
-  }
-
-  private async enqueue(
-    jobId: string,
-    accountId: string,
-    url: string,
-    as: Pick<DeliveryData, 'deliveryId' | 'event'> = { deliveryId: `dlv_${randomUUID()}` },
-  ): Promise<void> {
-    const { config } = this.deps;
-    await this.queue.add(
-      'deliver',
-      { jobId, accountId, url, ...as },
-      {
-        jobId: `hook-${jobId}`,
-        attempts: config.WEBHOOK_ATTEMPTS,
-        backoff: { type: 'exponential', delay: config.WEBHOOK_BACKOFF_MS },
-        removeOnComplete: { age: 7 * 86400 },
-        removeOnFail: { age: 7 * 86400 },
-      },
-    );
-  }
-
-  /**
-   * A chain or parallel request with a callback was queued: watch it until it ends (see
-   * WEBHOOK_WATCH_QUEUE). One watch per request (the job id is derived from the root's).
+   * A chain or parallel request with a callback is about to be queued: its outbox row is written now,
+   * before the flow exists in Redis (a request whose row cannot be written is not run at all). The
+   * watcher looks at it until it ends, stores its body, and the relay delivers it.
    */
   async watch(rootId: string, accountId: string, url: string): Promise<void> {
-    await this.watchQueue.add(
-      'watch',
-      { rootId, accountId, url, since: Date.now(), checks: 0 },
-      {
-        jobId: `watch-${rootId}`,
-        delay: 250,
-        // Retries are for failures of the check itself (Redis or Postgres down); waiting is a re-delay.
-        attempts: 20,
-        backoff: { type: 'exponential', delay: 1000 },
-        removeOnComplete: { age: 86400 },
-        removeOnFail: { age: 7 * 86400 },
-      },
+    await this.deps.pool.query(sql.unsafe`
+      INSERT INTO webhook_jobs (job_id, account_id, url, scope, flow, next_at)
+      VALUES (${rootId}, ${accountId}, ${url}, ${this.scope}, true, now() + ${WATCH_MIN_MS}::int * interval '1 millisecond')
+      ON CONFLICT (job_id) DO NOTHING`);
+  }
+
+  /**
+   * Starts the watcher of chain and parallel requests (API processes: `outcome` needs the protocol
+   * service, src/calls/protocol.ts). Rows are claimed like deliveries, so one replica looks at each.
+   */
+  startWatcher(outcome: FlowOutcome, concurrency = 16): void {
+    if (this.watcher) return;
+    this.watcher = new Relay<Watched>(
+      'webhook watcher',
+      concurrency,
+      (n) => this.claimWatches(n),
+      (w) => this.check(w, outcome),
+      this.deps.log,
     );
   }
 
-  /** Starts the watch worker (API processes: `outcome` needs the protocol service). */
-  startWatcher(outcome: FlowOutcome, concurrency = 16): void {
-    if (this.watcher) return;
-    this.watcherRedis = connectRedis(this.deps.config.REDIS_URL);
-    this.watcherRedis.on('error', (err: Error) => this.deps.log.debug({ err: err.message }, 'webhook watcher redis connection error'));
-    this.watcher = new Worker<WatchData>(WEBHOOK_WATCH_QUEUE, (job, token) => this.check(job, token, outcome), {
-      connection: this.watcherRedis,
-      prefix: queuePrefix(this.deps.config.REDIS_PREFIX),
-      concurrency,
-    });
-    this.watcher.on('error', (err) => this.deps.log.warn({ err: err.message }, 'webhook watcher error'));
+  /** Up to `n` requests due for a look, leased to this process. Uses webhook_jobs_due. */
+  private claimWatches(n: number): Promise<readonly Watched[]> {
+    return this.deps.pool.any(sql.type(WatchRow)`
+      UPDATE webhook_jobs w SET next_at = now() + ${this.leaseMs}::int * interval '1 millisecond'
+      FROM (
+        SELECT job_id FROM webhook_jobs
+        WHERE scope = ${this.scope} AND done_at IS NULL AND next_at <= now() AND flow AND body IS NULL
+        ORDER BY next_at LIMIT ${n} FOR UPDATE SKIP LOCKED
+      ) due
+      WHERE w.job_id = due.job_id
+      RETURNING w.job_id, w.account_id, (extract(epoch FROM now() - w.created_at) * 1000)::float8 AS age_ms`);
   }
 
-  /** One look at a watched request: not ended, look again later (250 ms doubling to 30 s); ended, deliver. */
-  private async check(job: Job<WatchData>, token: string | undefined, outcome: FlowOutcome): Promise<void> {
-    const { rootId, accountId, url, since, checks } = job.data;
-    const body = await outcome(rootId);
-    if (body === undefined) {
-      this.deps.log.warn({ job: rootId }, 'webhook watch: the request is not stored; nothing to deliver');
-      await this.pending.release(accountId, rootId);
+  /** One look at a watched request: not ended, look again later (a quarter of its age, 250 ms to 30 s); ended, store its body for the relay. */
+  private async check(w: Watched, outcome: FlowOutcome): Promise<void> {
+    const { pool, log } = this.deps;
+    const body = await outcome(w.job_id);
+    if (body === undefined || (body === null && w.age_ms > WATCH_GIVE_UP_MS)) {
+      log.warn(
+        { job: w.job_id },
+        body === undefined ? 'webhook watch: the request is not stored; nothing to deliver' : 'webhook watch gave up: the request has not ended',
+      );
+      await pool.query(sql.unsafe`UPDATE webhook_jobs SET done_at = now() WHERE job_id = ${w.job_id} AND done_at IS NULL`);
+      await this.pending.release(w.account_id, w.job_id).catch(() => {});
       return;
     }
     if (body === null) {
-      if (Date.now() - since > WATCH_GIVE_UP_MS) {
-        this.deps.log.warn({ job: rootId }, 'webhook watch gave up: the request has not ended');
-        await this.pending.release(accountId, rootId);
-        return;
-      }
-      await job.updateData({ ...job.data, checks: checks + 1 });
-      await job.moveToDelayed(Date.now() + Math.min(250 * 2 ** checks, 30_000), token);
-      throw new DelayedError();
+      const again = Math.round(Math.min(WATCH_MAX_MS, Math.max(WATCH_MIN_MS, w.age_ms / 4)));
+      await pool.query(
+        sql.unsafe`UPDATE webhook_jobs SET next_at = now() + ${again}::int * interval '1 millisecond' WHERE job_id = ${w.job_id} AND done_at IS NULL`,
+      );
+      return;
     }
-    await this.deps.pool.query(sql.unsafe`
-      INSERT INTO webhook_jobs (job_id, account_id, url, body) VALUES (${rootId}, ${accountId}, ${url}, ${sql.jsonb(pgSafeValue(body) as never)})
-      ON CONFLICT (job_id) DO NOTHING`);
-    await this.enqueue(rootId, accountId, url);
-    await this.pending.touch(accountId, rootId).catch(() => {});
+    // Sealed like a sensitive tool's answer (src/queue/job-seal.ts): a request's steps may have been
+    // sensitive, and its whole body is kept until delivered.
+    const sealed = jobSeal(this.deps.config).seal(pgSafeValue(body), webhookBinding(w.job_id));
+    await pool.query(sql.unsafe`
+      UPDATE webhook_jobs SET body = ${sql.jsonb(sealed as never)}, next_at = now() WHERE job_id = ${w.job_id} AND done_at IS NULL`);
+    this.outbox.wake();
   }
 
   /** The `webhook` member of GET /jobs/{id}: where it goes and every attempt so far; null without a callback. */
@@ -530,10 +605,10 @@ export class Webhooks {
    * result; failed, the error envelope (without a request_id: no request asked for it).
    */
   async body(jobId: string): Promise<Record<string, unknown> | null> {
-    // A chain or parallel request: the body stored when it ended (see `check`).
+    // A chain or parallel request, or an account event: the body stored with its row.
     const kept = await this.deps.pool.maybeOneFirst(sql.type(z.object({ body: z.record(z.unknown()).nullable() }))`
       SELECT body FROM webhook_jobs WHERE job_id = ${jobId}`);
-    if (kept) return kept;
+    if (kept) return isSealed(kept) ? (jobSeal(this.deps.config).open(kept, webhookBinding(jobId)) as Record<string, unknown>) : kept;
     const stored = await this.deps.results.get(jobId);
     if (!stored) return null;
     if (stored.status === 'completed') return ResultsStore.answer(jobId, stored);
@@ -541,33 +616,47 @@ export class Webhooks {
     return { error: { code: err.code, message: err.message, ...err.details, job_id: jobId } };
   }
 
-  /** Starts the delivery worker (processes that run tool workers). */
+  /**
+   * Starts the relay (processes that run tool workers, whose settlements wake it). Rows written before
+   * the outbox had scopes (migrations/019_webhook_outbox.sql) are taken over by this deployment first.
+   */
   start(concurrency = 16): void {
-    this.workerRedis = connectRedis(this.deps.config.REDIS_URL);
-    this.workerRedis.on('error', (err: Error) => this.deps.log.debug({ err: err.message }, 'webhook worker redis connection error'));
-    this.worker = new Worker<DeliveryData>(WEBHOOK_QUEUE, (job) => this.deliver(job), {
-      connection: this.workerRedis,
-      prefix: queuePrefix(this.deps.config.REDIS_PREFIX),
+    if (this.relay) return;
+    const adopt = this.deps.pool
+      .query(sql.unsafe`UPDATE webhook_jobs SET scope = ${this.scope} WHERE scope = '' AND done_at IS NULL`)
+      .catch((err: Error) => this.deps.log.warn({ err: err.message }, 'taking over earlier webhook deliveries failed'));
+    this.relay = new Relay<Due>(
+      'webhook relay',
       concurrency,
-    });
-    this.worker.on('error', (err) => this.deps.log.warn({ err: err.message }, 'webhook worker error'));
-    this.worker.on('failed', (job, err) => {
-      if (job && job.attemptsMade >= (job.opts.attempts ?? 1)) {
-        this.deps.log.warn({ job: job.data.jobId, delivery: job.data.deliveryId, err: err.message }, 'webhook delivery gave up');
-      }
-    });
+      async (n) => {
+        await adopt;
+        return this.claimDue(n);
+      },
+      (d) => this.deliver(d),
+      this.deps.log,
+    );
+  }
+
+  /**
+   * Up to `n` due deliveries, leased to this process: the claim counts the attempt and moves next_at
+   * past the lease, so no other relay takes the row meanwhile, and one whose relay died comes back.
+   * A request's row is due only once its body is stored. Uses webhook_jobs_due.
+   */
+  private claimDue(n: number): Promise<readonly Due[]> {
+    return this.deps.pool.any(dueClaim(this.scope, n, this.leaseMs));
   }
 
   /**
    * One attempt: vet the URL again (DNS may have changed) and POST to the pinned addresses only, signed
-   * per Standard Webhooks: `webhook-id` (the delivery id, the same on every retry), `webhook-timestamp`
-   * (this attempt, seconds) and `webhook-signature` over both and the body. The last attempt, delivered
-   * or not, gives the account's pending place back.
+   * per Standard Webhooks: `webhook-id` (the row's delivery id, the same on every attempt),
+   * `webhook-timestamp` (this attempt, seconds) and `webhook-signature` over both and the body. Then
+   * the attempt and what follows are recorded in one statement: delivered, given up (the last of
+   * WEBHOOK_ATTEMPTS), or due again after WEBHOOK_BACKOFF_MS * 2^(attempt-1). The last attempt,
+   * delivered or not, gives the account's pending place back.
    */
-  private async deliver(job: Job<DeliveryData>): Promise<void> {
-    const { jobId, accountId, url: raw, deliveryId, event } = job.data;
-    const { config, pool } = this.deps;
-    const attempt = job.attemptsMade + 1;
+  private async deliver(d: Due): Promise<void> {
+    const { job_id: jobId, account_id: accountId, url: raw, delivery_id: deliveryId, event, attempts: attempt } = d;
+    const { config, pool, log } = this.deps;
     let status: number | null = null;
     let error: string | undefined;
     const agent = new PinnedAgent({ connectTimeoutMs: config.WEBHOOK_TIMEOUT_MS });
@@ -615,31 +704,27 @@ export class Webhooks {
       await agent.close().catch(() => {});
     }
     const ok = error === undefined;
+    const last = attempt >= config.WEBHOOK_ATTEMPTS;
+    const then = ok
+      ? sql.fragment`delivered_at = now(), done_at = now()`
+      : last
+        ? sql.fragment`done_at = now()`
+        : sql.fragment`next_at = now() + ${Math.min(config.WEBHOOK_BACKOFF_MS * 2 ** (attempt - 1), 2 ** 31 - 1)}::int * interval '1 millisecond'`;
     await pool.query(sql.unsafe`
-      INSERT INTO webhook_deliveries (job_id, delivery_id, attempt, status, ok, error)
-      VALUES (${jobId}, ${deliveryId}, ${attempt}, ${status}, ${ok}, ${error ?? null})`);
-    const last = attempt >= (job.opts.attempts ?? 1);
-    // Best effort: a place whose release is lost is found by the next repair (its delivery job has finished).
+      WITH attempt AS (
+        INSERT INTO webhook_deliveries (job_id, delivery_id, attempt, status, ok, error)
+        VALUES (${jobId}, ${deliveryId}, ${attempt}, ${status}, ${ok}, ${error ?? null})
+      )
+      UPDATE webhook_jobs SET ${then} WHERE job_id = ${jobId} AND done_at IS NULL`);
+    if (!ok && last) log.warn({ job: jobId, delivery: deliveryId, err: error }, 'webhook delivery gave up');
+    // Best effort: a place whose release is lost is found by the next repair (its row is done).
     if (ok || last) await this.pending.release(accountId, jobId).catch(() => {});
-    if (ok) {
-      await pool.query(sql.unsafe`UPDATE webhook_jobs SET delivered_at = now() WHERE job_id = ${jobId} AND delivered_at IS NULL`);
-      return;
-    }
-    // Thrown so BullMQ retries with its exponential backoff (WEBHOOK_ATTEMPTS, WEBHOOK_BACKOFF_MS).
-    throw new Error(error);
   }
 
+  /** Stops claiming; deliveries and looks in hand finish first (each within its timeouts). */
   async close(): Promise<void> {
-    // A worker closed while it still connects leaves its connection's pending commands to reject
-    // unhandled: let each finish starting first (a short-lived process, e.g. in tests, closes at once).
-    await this.worker?.waitUntilReady().catch(() => {});
-    await this.worker?.close();
-    await this.watcher?.waitUntilReady().catch(() => {});
-    await this.watcher?.close();
-    await this.workerRedis?.quit().catch(() => {});
-    await this.watcherRedis?.quit().catch(() => {});
-    await this.queue.close();
-    await this.watchQueue.close();
+    await this.relay?.stop();
+    await this.watcher?.stop();
   }
 }
 
@@ -656,4 +741,9 @@ async function peek(body: AsyncIterable<Buffer> & { destroy(): void }): Promise<
   } finally {
     body.destroy();
   }
+}
+
+/** What a request's sealed webhook body is bound to: its row. */
+function webhookBinding(jobId: string): string {
+  return `webhook:${jobId}`;
 }

@@ -16,7 +16,8 @@ import { slotOwner, type InFlightSlots } from '../access/in-flight.js';
 import { WorkerHeartbeat } from '../queue/heartbeat.js';
 import { findTool } from '../tools/index.js';
 import type { Metrics } from '../ops/metrics.js';
-import { isResultRef, refFor, type JobReturn, type ResultRefs } from '../queue/result-refs.js';
+import { isResultRef, refFor, sealedRef, type JobReturn, type ResultRefs } from '../queue/result-refs.js';
+import { jobSeal } from '../queue/job-seal.js';
 import { annotate, callAttributes, jobContext, recordSpan, SpanKind, traced } from '../tracing.js';
 
 /** What a job returns to BullMQ: its answer (or a reference to it), or a caller's failure. */
@@ -107,7 +108,7 @@ class FairShare {
 export async function dropJobInput(job: Job<CallJobData, unknown>, log?: Pick<Logger, 'warn'>): Promise<void> {
   if (job.data.inputDropped) return;
   await job
-    .updateData({ ...job.data, input: {}, inputDropped: true })
+    .updateData({ ...job.data, input: {}, sealedInput: undefined, inputDropped: true })
     .catch((err: Error) => log?.warn({ err: err.message, job: job.id }, "dropping a failed job's input failed"));
 }
 
@@ -311,11 +312,17 @@ export class WorkerPool {
    * What the job returns to BullMQ, which keeps it in the job's hash and copies it into the queue's
    * event stream: the answer itself when its result is at most JOB_RESULT_INLINE_BYTES, else a
    * reference (src/queue/result-refs.ts) to job_results (a call made with a key, stored whole there)
-   * or, for a call paid per call, to its job record kept for JOB_REDIS_RETENTION_SECONDS.
+   * or, for a call paid per call, to its job record kept for JOB_REDIS_RETENTION_SECONDS. A sensitive
+   * tool's answer is never there in clear: it goes sealed, unless job_results holds it whole (sealed).
    */
   private async compact(job: Job<CallJobData, Ending>, run: JobRun, value: CallResult): Promise<JobReturn> {
     const { config } = this.deps;
     const bytes = run.resultBytes;
+    if (findTool(job.data.tool)?.sensitive) {
+      const large = bytes !== undefined && bytes > config.JOB_RESULT_INLINE_BYTES && !!this.deps.refs;
+      if (large && run.storedWhole && job.data.accountId !== null && job.data.payer === null) return refFor('job_results', value, bytes);
+      return sealedRef(jobSeal(config), job.id!, value, bytes ?? 0);
+    }
     if (bytes === undefined || bytes <= config.JOB_RESULT_INLINE_BYTES || !this.deps.refs) return value;
     const data = job.data;
     if (data.accountId !== null && data.payer === null) return run.storedWhole ? refFor('job_results', value, bytes) : value;

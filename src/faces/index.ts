@@ -28,6 +28,7 @@ import { installCors, openApiRoutes, recordRoutes } from './http/openapi.js';
 import { webhookRoutes } from './http/webhooks.js';
 import { alertRoutes } from './http/alerts.js';
 import { creditRoutes } from './http/credits.js';
+import { cardPaymentRoutes } from './http/card-payments.js';
 import { signupRoutes } from './http/signup.js';
 import { oauthRoutes } from './http/oauth.js';
 import { adminApiRoutes } from './http/admin-api.js';
@@ -65,6 +66,7 @@ export async function registerFaces(app: FastifyInstance): Promise<void> {
   await app.register(webhookRoutes);
   await app.register(alertRoutes);
   await app.register(creditRoutes);
+  await app.register(cardPaymentRoutes);
   await app.register(signupRoutes);
   await app.register(oauthRoutes);
 }

@@ -4,9 +4,9 @@ import { z } from 'zod';
 import { AppError } from '../errors.js';
 import type { KeyCaller } from '../access/auth.js';
 import { JobWatch } from '../calls/job-watch.js';
-import { ClientGone, stillRunning, type TrackJob } from '../calls/idempotency.js';
+import { ClientGone, stillRunning, type StoredResponse, type TrackJob } from '../calls/idempotency.js';
 import type { JobEvent } from '../queue/dispatcher.js';
-import { awaitJobBody } from './http/calls.js';
+import { awaitJobBody, sendIdempotent } from './http/calls.js';
 import type { CallResult } from '../queue/call-job.js';
 import { llmChatModels } from '../tools/llm/index.js';
 import { MAX_COMPLETION_TOKENS, type LlmUsage } from '../tools/llm/llm-client.js';
@@ -185,6 +185,45 @@ export async function recoveredValue(req: FastifyRequest, caller: KeyCaller, job
   const { job_id: _id, status, ...value } = job;
   if (status !== 'completed') throw stillRunning(jobId);
   return { jobId, value: value as unknown as CallResult };
+}
+
+/**
+ * The handler both OpenAI-compatible endpoints share once their body is parsed: with `stream` the job's
+ * events go to `streamed` (an Idempotency-Key is refused there: a stream cannot be replayed); otherwise
+ * the finished job goes through `answer`, stored under an Idempotency-Key like a tool call's answer, so
+ * a retry with the same key and body gets the first response and runs (and charges) nothing, and a
+ * client that hung up keeps the key: its retry answers from the job the first request started.
+ */
+export async function runModelRequest(
+  req: FastifyRequest,
+  reply: FastifyReply,
+  caller: KeyCaller,
+  call: { tool: AnyTool; input: Record<string, unknown>; stream: boolean; what: string },
+  streamed: (watch: JobWatch, jobId: string) => unknown,
+  answer: (jobId: string, value: CallResult) => StoredResponse,
+) {
+  if (call.stream) {
+    if (req.headers['idempotency-key'] !== undefined) {
+      throw new AppError('invalid_input', `Idempotency-Key is supported on non-streaming ${call.what} only; send it without stream: true.`, {
+        param: 'stream',
+      });
+    }
+    const { watch, jobId } = await startCall(req, reply, caller, call.tool, call.input, true);
+    return streamed(watch, jobId);
+  }
+  return sendIdempotent(
+    req,
+    reply,
+    caller,
+    async (track) => {
+      const { watch, jobId } = await startCall(req, reply, caller, call.tool, call.input, false, track);
+      return answer(jobId, await finishedValue(watch, jobId));
+    },
+    async (jobIds) => {
+      const done = await recoveredValue(req, caller, jobIds[0]!);
+      return done && answer(done.jobId, done.value);
+    },
+  );
 }
 
 /** Where a streamed answer writes its Server-Sent Events. */

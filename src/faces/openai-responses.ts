@@ -5,7 +5,6 @@ import type { JobWatch } from '../calls/job-watch.js';
 import type { CallResult } from '../queue/call-job.js';
 import { chatToToolInput, type ChatMessageLike, type LlmUsage } from '../tools/llm/llm-client.js';
 import type { AnyTool } from '../tools/types.js';
-import { sendIdempotent } from './http/calls.js';
 import { RATE_LIMIT } from './http/openapi-components.js';
 import { named, type RouteSchema } from './http/route-schema.js';
 import {
@@ -14,15 +13,13 @@ import {
   checkToolInput,
   deltaOf,
   failedWithJob,
-  finishedValue,
   IGNORED,
   maxTokens,
   modelTool,
   nowSeconds,
   onlyIf,
   openAiErrors,
-  recoveredValue,
-  startCall,
+  runModelRequest,
   streamJob,
   toolText,
   WHY,
@@ -350,34 +347,15 @@ export async function responsesRoutes(app: FastifyInstance): Promise<void> {
       const caller = await app.authenticate(req, reply);
       const body = parseOpenAi(ResponseRequestSchema, req.body);
       const tool = modelTool(body.model);
-      const toolInput = responseInput(tool, body);
       const createdAt = nowSeconds();
-      if (body.stream) {
-        if (req.headers['idempotency-key'] !== undefined) {
-          throw new AppError('invalid_input', 'Idempotency-Key is supported on non-streaming responses only; send it without stream: true.', {
-            param: 'stream',
-          });
-        }
-        const { watch, jobId } = await startCall(req, reply, caller, tool, toolInput, true);
-        return streamResponse(reply, watch, jobId, body, createdAt, req.id);
-      }
-      const answer = (jobId: string, value: CallResult) => ({
-        status: 200,
-        headers: { 'x-job-id': jobId },
-        body: responseObject(jobId, body, createdAt, answerOf(jobId, value)),
-      });
-      return sendIdempotent(
+      const call = { tool, input: responseInput(tool, body), stream: body.stream === true, what: 'responses' };
+      return runModelRequest(
         req,
         reply,
         caller,
-        async (track) => {
-          const { watch, jobId } = await startCall(req, reply, caller, tool, toolInput, false, track);
-          return answer(jobId, await finishedValue(watch, jobId));
-        },
-        async (jobIds) => {
-          const done = await recoveredValue(req, caller, jobIds[0]!);
-          return done && answer(done.jobId, done.value);
-        },
+        call,
+        (watch, jobId) => streamResponse(reply, watch, jobId, body, createdAt, req.id),
+        (jobId, value) => ({ status: 200, headers: { 'x-job-id': jobId }, body: responseObject(jobId, body, createdAt, answerOf(jobId, value)) }),
       );
     },
   );

@@ -4,7 +4,6 @@ import { AppError } from '../errors.js';
 import type { KeyCaller } from '../access/auth.js';
 import { authorizeTool } from '../calls/admission.js';
 import type { JobWatch } from '../calls/job-watch.js';
-import { sendIdempotent } from './http/calls.js';
 import type { CallResult } from '../queue/call-job.js';
 import { dollars, needsMet } from '../tools/index.js';
 import { llmChatModels } from '../tools/llm/index.js';
@@ -18,15 +17,13 @@ import {
   checkToolInput,
   deltaOf,
   failedWithJob,
-  finishedValue,
   IGNORED,
   maxTokens,
   modelTool,
   onlyIf,
   nowSeconds,
   openAiErrors,
-  recoveredValue,
-  startCall,
+  runModelRequest,
   streamJob,
   toolText,
   WHY,
@@ -376,31 +373,14 @@ export async function openAiRoutes(app: FastifyInstance): Promise<void> {
       const caller = await app.authenticate(req, reply);
       const body = parseOpenAi(ChatCompletionRequestSchema, req.body);
       const tool = modelTool(body.model);
-      const toolInput = chatInput(tool, body);
-      if (body.stream) {
-        if (req.headers['idempotency-key'] !== undefined) {
-          throw new AppError('invalid_input', 'Idempotency-Key is supported on non-streaming chat completions only; send it without stream: true.', {
-            param: 'stream',
-          });
-        }
-        const { watch, jobId } = await startCall(req, reply, caller, tool, toolInput, true);
-        return streamCompletion(reply, watch, jobId, body, req.id);
-      }
-      // Non-streaming answers are stored under an Idempotency-Key like tool calls: a retry with the same
-      // key and body gets the first completion again and runs (and charges) nothing. A client that hangs
-      // up keeps the key: its retry gets the completion of the job the first request started.
-      return sendIdempotent(
+      const call = { tool, input: chatInput(tool, body), stream: body.stream === true, what: 'chat completions' };
+      return runModelRequest(
         req,
         reply,
         caller,
-        async (track) => {
-          const { watch, jobId } = await startCall(req, reply, caller, tool, toolInput, false, track);
-          return completionResponse(jobId, await finishedValue(watch, jobId), body.model);
-        },
-        async (jobIds) => {
-          const done = await recoveredValue(req, caller, jobIds[0]!);
-          return done && completionResponse(done.jobId, done.value, body.model);
-        },
+        call,
+        (watch, jobId) => streamCompletion(reply, watch, jobId, body, req.id),
+        (jobId, value) => completionResponse(jobId, value, body.model),
       );
     },
   );

@@ -1,7 +1,7 @@
-import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import type { Logger } from 'pino';
 import type { Redis } from '../queue/redis.js';
+import { PeriodicPass, RedisLeader } from '../queue/leader.js';
 import { sql, type DatabasePool } from '../db/pool.js';
 import type { InFlightSlots, LiveJobs } from '../access/in-flight.js';
 import type { CreditReservations, HoldSnapshot, PostgresView } from './holds.js';
@@ -38,15 +38,6 @@ const Row = z.object({
   subuse: z.record(z.string(), z.coerce.number().int()),
 });
 
-// Compare-and-delete / compare-and-extend of the lock: only its holder may release or extend it.
-const UNLOCK = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
-const EXTEND = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`;
-
-type Scripted = Redis & {
-  tgReconcileUnlock(key: string, token: string): Promise<number>;
-  tgReconcileExtend(key: string, token: string, ms: number): Promise<number>;
-};
-
 /**
  * Repairs what a crash leaves in Redis's money state. One pass, under a lock (`SET NX PX`) so one
  * process at a time does it whatever the number of replicas:
@@ -72,9 +63,8 @@ type Scripted = Redis & {
  * from Postgres minus the holds in Redis (CreditReservations.loadAvail), so nothing keeps a stale value.
  */
 export class Reconciler {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<ReconcileReport> | null = null;
-  private readonly redis: Scripted;
+  private readonly leader: RedisLeader;
+  private readonly passes: PeriodicPass<ReconcileReport>;
 
   constructor(
     private readonly deps: {
@@ -90,89 +80,56 @@ export class Reconciler {
       lockMs?: number;
     },
   ) {
-    const r: Redis = deps.redis;
-    if (!('tgReconcileUnlock' in r)) {
-      r.defineCommand('tgReconcileUnlock', { numberOfKeys: 1, lua: UNLOCK });
-      r.defineCommand('tgReconcileExtend', { numberOfKeys: 1, lua: EXTEND });
-    }
-    this.redis = r as Scripted;
-  }
-
-  private get lockKey() {
-    return `${this.deps.prefix}:reconcile:lock`;
-  }
-  private get lockMs() {
-    return this.deps.lockMs ?? 60_000;
+    this.leader = new RedisLeader(deps.redis, `${deps.prefix}:reconcile:lock`, deps.lockMs ?? 60_000);
+    this.passes = new PeriodicPass(
+      deps.intervalSeconds,
+      () => this.pass(),
+      (err) => deps.log.warn({ err: err.message }, 'reconciler pass failed'),
+    );
   }
 
   /** Runs a pass every RECONCILE_SECONDS (with jitter, so replicas do not all try at once). */
   start(): void {
-    const s = this.deps.intervalSeconds;
-    if (s <= 0 || this.timer) return;
-    const schedule = () => {
-      this.timer = setTimeout(
-        () => {
-          this.runOnce()
-            .catch((err: Error) => this.deps.log.warn({ err: err.message }, 'reconciler pass failed'))
-            .finally(() => this.timer && schedule());
-        },
-        s * 1000 * (0.8 + Math.random() * 0.4),
-      );
-      this.timer.unref();
-    };
-    schedule();
+    this.passes.start();
   }
 
   async stop(): Promise<void> {
-    const t = this.timer;
-    this.timer = null;
-    if (t) clearTimeout(t);
-    await this.running?.catch(() => {});
+    await this.passes.stop();
   }
 
   /** One pass if no other process is running one. */
   runOnce(): Promise<ReconcileReport> {
-    this.running ??= this.pass().finally(() => (this.running = null));
-    return this.running;
+    return this.passes.runOnce();
   }
 
   private async pass(): Promise<ReconcileReport> {
     const report: ReconcileReport = { ran: false, accounts: 0, released: 0, dropped: 0, rebuilt: 0, slots: 0 };
-    const token = randomUUID();
-    const got = await this.redis.set(this.lockKey, token, 'PX', this.lockMs, 'NX');
-    if (got !== 'OK') return report;
+    return (await this.leader.run((keepLock) => this.repair(report, keepLock), 'reconciler lock lost')) ?? report;
+  }
+
+  private async repair(report: ReconcileReport, keepLock: () => Promise<void>): Promise<ReconcileReport> {
     report.ran = true;
-    let lastExtend = Date.now();
-    const keepLock = async () => {
-      if (Date.now() - lastExtend < this.lockMs / 4) return;
-      lastExtend = Date.now();
-      if (!(await this.redis.tgReconcileExtend(this.lockKey, token, this.lockMs))) throw new Error('reconciler lock lost');
-    };
-    try {
-      report.slots = await this.deps.slots.reconcile(keepLock);
-      const { credits } = this.deps;
-      // One registry per shard (src/queue/keyspace.ts), each in its own slot.
-      for (const registry of credits.registryKeys()) {
-        let cursor = '0';
-        do {
-          const [next, accounts] = await this.deps.redis.sscan(registry, cursor, 'COUNT', 200);
-          cursor = next;
-          for (const accountId of accounts) {
-            report.accounts++;
-            try {
-              await this.account(accountId, report);
-            } catch (err) {
-              this.deps.log.warn({ err: (err as Error).message, accountId }, 'reconciling an account failed');
-            }
-            await keepLock();
+    report.slots = await this.deps.slots.reconcile(keepLock);
+    const { credits } = this.deps;
+    // One registry per shard (src/queue/keyspace.ts), each in its own slot.
+    for (const registry of credits.registryKeys()) {
+      let cursor = '0';
+      do {
+        const [next, accounts] = await this.deps.redis.sscan(registry, cursor, 'COUNT', 200);
+        cursor = next;
+        for (const accountId of accounts) {
+          report.accounts++;
+          try {
+            await this.account(accountId, report);
+          } catch (err) {
+            this.deps.log.warn({ err: (err as Error).message, accountId }, 'reconciling an account failed');
           }
-        } while (cursor !== '0');
-      }
-      if (report.released || report.dropped || report.rebuilt || report.slots) this.deps.log.warn(report, 'reconciler repaired money state');
-      return report;
-    } finally {
-      await this.redis.tgReconcileUnlock(this.lockKey, token).catch(() => {});
+          await keepLock();
+        }
+      } while (cursor !== '0');
     }
+    if (report.released || report.dropped || report.rebuilt || report.slots) this.deps.log.warn(report, 'reconciler repaired money state');
+    return report;
   }
 
   private async account(accountId: string, report: ReconcileReport): Promise<void> {

@@ -5,11 +5,13 @@ import { AppError } from '../errors.js';
 import type { Redis } from '../queue/redis.js';
 import { storedAnswer } from '../queue/result-refs.js';
 import type { StoredOutcome } from '../queue/call-job.js';
+import type { JobSeal } from '../queue/job-seal.js';
 
 /**
  * Reads of `job_results` (migrations/005_job_results.sql), the Postgres copy of every keyed call's
  * answer that settlement writes with its charge (src/money/settlement.ts): GET /jobs/{id} when Redis
- * no longer knows the job, GET /jobs, a redelivered job's stored outcome, and pruning by age.
+ * no longer knows the job, GET /jobs, a redelivered job's stored outcome, and pruning by age. A
+ * sensitive tool's answer is stored sealed (src/queue/job-seal.ts) and opened by `get`, for its reader.
  */
 
 export interface StoredResult extends StoredOutcome {
@@ -110,7 +112,14 @@ export class ResultsStore {
 
   constructor(
     private readonly pool: DatabasePool,
-    private readonly opts: { days: number; redis?: Redis; prefix?: string; log?: Logger },
+    private readonly opts: {
+      days: number;
+      redis?: Redis;
+      prefix?: string;
+      log?: Logger;
+      /** Opens sensitive tools' sealed answers; without it they are returned as stored. */
+      seal?: JobSeal;
+    },
   ) {}
 
   /** One job's stored outcome, whoever made it (callers check the key). */
@@ -118,7 +127,7 @@ export class ResultsStore {
     const row = await this.pool.maybeOne(sql.type(ResultRow)`
       SELECT job_id, key_id, account_id, tool, status, cost_cents, body, truncated FROM job_results WHERE job_id = ${jobId}`);
     if (!row) return null;
-    return {
+    const stored: StoredResult = {
       jobId: row.job_id,
       keyId: row.key_id,
       accountId: row.account_id,
@@ -128,6 +137,7 @@ export class ResultsStore {
       body: row.body,
       truncated: row.truncated,
     };
+    return this.opts.seal ? this.opts.seal.openOutcome(jobId, stored) : stored;
   }
 
   /** The body GET /jobs/{id} answers for a stored completed job (a failed one is thrown by the caller). */

@@ -38,7 +38,7 @@ export interface Settlement {
   createdAt: number | null;
   /** Reservation to drop once the charge is durable (null for calls without a hold). */
   holdId: string | null;
-  /** The call's vetted Callback-Url: its delivery is queued once this outcome is committed (src/calls/webhooks.ts). */
+  /** The call's vetted Callback-Url: its delivery's outbox row is written with this outcome (src/calls/webhooks.ts). */
   callbackUrl?: string;
   /** The job whose slot in flight (its account's) is given back once it is settled completed. */
   slotId?: string;
@@ -97,10 +97,17 @@ export class Settler {
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> | null = null;
   /**
-   * Told of every committed entry with a callback, before its caller is answered: the one place
-   * every keyed job's end passes, worker side (src/calls/webhooks.ts queues the delivery, once per job).
+   * For jobs that ended outside a settlement statement (a stored outcome answered again by a
+   * redelivered job): writes their webhook's outbox row, once per job (src/calls/webhooks.ts).
    */
   onEnded: ((entries: Array<Pick<Settlement, 'jobId' | 'accountId' | 'callbackUrl'>>) => Promise<void>) | null = null;
+  /**
+   * The webhook outbox (src/calls/webhooks.ts): an entry with a callback has its delivery's row written
+   * by the statement that settles it, under this deployment's `scope`, so the delivery commits or rolls
+   * back with the outcome it reports; `wake` tells this process's relay once it is committed. Entries
+   * without a callback run the plain statement and pay nothing for it.
+   */
+  outbox: { scope: string; wake: () => void } | null = null;
   /**
    * Told of every committed charge, before its caller is answered (src/calls/alerts.ts checks the spend
    * thresholds of the accounts and keys charged). Its failure costs an alert's timing, never a charge.
@@ -203,13 +210,7 @@ export class Settler {
       for (const p of batch) p.reject(e);
       return;
     }
-    const hooked = this.onEnded ? batch.filter((p) => p.entry.callbackUrl) : [];
-    if (hooked.length) {
-      // Before the answers: a job only completes once its delivery is queued. A failure to queue costs the webhook, never the charge.
-      await this.onEnded!(hooked.map((p) => p.entry)).catch((err: Error) =>
-        this.log.warn({ err: err.message, jobs: hooked.length }, 'queueing webhook deliveries failed'),
-      );
-    }
+    if (this.outbox && batch.some((p) => p.entry.callbackUrl)) this.outbox.wake();
     // A redelivery's second settlement counts too: the check reads committed state, so it is only ever late, never double.
     const charged = this.onCharged ? batch.filter((p) => p.entry.status === 'completed' && p.entry.amount > 0).map((p) => p.entry) : [];
     await Promise.all([
@@ -288,15 +289,29 @@ export class Settler {
 
   private async commit(entries: Settlement[]): Promise<Settled[]> {
     const json = this.batchJson(entries);
+    const hooks = this.outbox ? entries.filter((s) => s.callbackUrl).map((s) => ({ job_id: s.jobId, account_id: s.accountId, url: s.callbackUrl })) : [];
+    // With callbacks: the outbox rows are a second CTE of the same statement (so the same
+    // transaction); ON CONFLICT keeps a job settled twice at one row and one webhook-id.
+    const query = hooks.length
+      ? {
+          name: 'settle_calls_hooked',
+          text: `WITH s AS (SELECT job_id, credits, stored, prior_status, prior_body, prior_truncated FROM settle_calls($1::jsonb)),
+            h AS (INSERT INTO webhook_jobs (job_id, account_id, url, scope)
+              SELECT x.job_id, x.account_id, x.url, $3 FROM jsonb_to_recordset($2::jsonb) AS x(job_id text, account_id uuid, url text)
+              ON CONFLICT (job_id) DO NOTHING)
+            SELECT * FROM s`,
+          values: [json, JSON.stringify(hooks), this.outbox!.scope],
+        }
+      : {
+          name: 'settle_calls',
+          text: 'SELECT job_id, credits, stored, prior_status, prior_body, prior_truncated FROM settle_calls($1::jsonb)',
+          values: [json],
+        };
     // Deadlocks between two workers' batches touching the same accounts in another order are
     // possible; Postgres aborts one statement, which is safe to run again as a whole.
     for (let attempt = 1; ; attempt++) {
       try {
-        const { rows: raw } = await this.pool.query({
-          name: 'settle_calls',
-          text: 'SELECT job_id, credits, stored, prior_status, prior_body, prior_truncated FROM settle_calls($1::jsonb)',
-          values: [json],
-        });
+        const { rows: raw } = await this.pool.query(query);
         const byJob = new Map(SettledRows.parse(raw).map((r) => [r.job_id, r]));
         return entries.map((s) => {
           const r = byJob.get(s.jobId);

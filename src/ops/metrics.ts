@@ -121,7 +121,13 @@ export class Metrics {
       labelNames: ['reason'],
       registers,
     });
-    if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry });
+    if (opts.defaultMetrics !== false) {
+      collectDefaultMetrics({ register: this.registry });
+      // prom-client's sums of the per-type gauges above are gauges named like counters, which
+      // `promtool check metrics` rejects; sum(nodejs_active_handles) gives the same number.
+      for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'])
+        this.registry.removeSingleMetric(name);
+    }
   }
 
   /** Counts a refused request when `code` is a refusal (rate, concurrency or payment); other codes are ignored. */

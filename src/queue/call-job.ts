@@ -4,11 +4,15 @@
  * them; the queue only moves them, so they live here, below both.
  */
 import { AppError } from '../errors.js';
+import type { Sealed } from './job-seal.js';
 
 /** What a tool-call job carries in Redis. Never the edge token in clear text. */
 export interface CallJobData {
   tool: string;
+  /** The tool's input; empty for a sensitive tool, whose input is `sealedInput`. */
   input: Record<string, unknown>;
+  /** A sensitive tool's input, sealed (src/queue/job-seal.ts); only the worker running the job opens it. */
+  sealedInput?: Sealed;
   accountId: string | null;
   keyId: string | null;
   /** Sub-key id when the caller used one (for balance views). */
@@ -66,6 +70,22 @@ export function cancelKey(prefix: string, jobId: string): string {
 /** A cancelled job's error, as its waiting caller, GET /jobs/{id} and its stream see it. */
 export function cancelledError(): AppError {
   return new AppError('cancelled', 'The job was cancelled (DELETE /jobs/{id}) before it finished; it was not charged');
+}
+
+/** The pub/sub channel that carries the ids of jobs the intent reconciler marked lost (src/calls/intents.ts). */
+export function lostChannel(prefix: string): string {
+  return `${prefix}:lost`;
+}
+
+/** A lost job's error (410 job_lost), as its waiting caller and GET /jobs/{id} see it. */
+export function jobLostError(jobId: string): AppError {
+  return new AppError(
+    'job_lost',
+    `Job ${jobId} was accepted but the queue lost it before it ran; it will not run and was not charged. ` +
+      'Send the request again, with the same Idempotency-Key if it had one.',
+    { job_id: jobId, status: 'lost' },
+    { headers: { 'x-job-id': jobId } },
+  );
 }
 
 /** Reason a cancelled job's signal is aborted with (the runner tells a cancel from a shutdown by it). */

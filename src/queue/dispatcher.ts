@@ -2,7 +2,7 @@ import { QueueEvents } from 'bullmq';
 import type { Logger } from 'pino';
 import { FAMILIES, type Config, type Family } from '../config.js';
 import { AppError, isAppError } from '../errors.js';
-import { cancelChannel, cancelledError, type CallResult } from './call-job.js';
+import { cancelChannel, cancelledError, jobLostError, lostChannel, type CallResult } from './call-job.js';
 import { decodeFailure, isOwnFailure, returnedFailure } from './failure.js';
 import { familyOfJob, queueName } from './queues.js';
 import { connectRedis, type Redis } from './redis.js';
@@ -26,7 +26,7 @@ type Listener = (e: JobEvent) => void;
 export class CompletionDispatcher {
   private readonly events = new Map<Family, QueueEvents>();
   private readonly listeners = new Map<string, Set<Listener>>();
-  /** Cancelled job ids (src/calls/cancel.ts): a removed job has no BullMQ outcome, so its waiters hear it here. */
+  /** Cancelled (src/calls/cancel.ts) and lost (src/calls/intents.ts) job ids: such a job has no BullMQ outcome, so its waiters hear it here. */
   private sub: Redis | null = null;
   /** Never used itself: each QueueEvents opens its own blocking duplicate of it (single server or cluster). */
   private eventsBase: Redis | null = null;
@@ -46,9 +46,12 @@ export class CompletionDispatcher {
   async start(): Promise<void> {
     this.sub = connectRedis(this.config.REDIS_URL);
     this.sub.on('error', (err: Error) => this.log.debug({ err: err.message }, 'cancel subscription connection error'));
-    // The cancel is decided (in Postgres) before it is published, so this is the job's outcome.
-    this.sub.on('message', (_channel: string, jobId: string) => this.emit({ type: 'failed', jobId, error: cancelledError() }));
-    await this.sub.subscribe(cancelChannel(this.config.REDIS_PREFIX));
+    // A cancel, or a loss, is decided (in Postgres) before it is published, so this is the job's outcome.
+    const lost = lostChannel(this.config.REDIS_PREFIX);
+    this.sub.on('message', (channel: string, jobId: string) =>
+      this.emit({ type: 'failed', jobId, error: channel === lost ? jobLostError(jobId) : cancelledError() }),
+    );
+    await this.sub.subscribe(cancelChannel(this.config.REDIS_PREFIX), lost);
     const base = (this.eventsBase = connectRedis(this.config.REDIS_URL, { lazyConnect: true }));
     await Promise.all(
       FAMILIES.map(async (family) => {

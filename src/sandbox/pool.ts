@@ -42,6 +42,8 @@ export interface SandboxStats {
   queued: number;
   /** Threads started since the pool was made (a terminated or dead thread is replaced by a new one). */
   started: number;
+  /** Threads stopped for being idle SANDBOX_IDLE_MS. */
+  stopped_idle: number;
 }
 
 /** Unexpected failures inside a thread; the runner reports them as internal_error. */
@@ -66,6 +68,8 @@ interface Thread {
   /** Modules this thread has imported (or is importing): work for them runs without a cold start. */
   modules: Set<string>;
   loadTimer?: NodeJS.Timeout;
+  /** When it last finished a task (or started): past SANDBOX_IDLE_MS of this, it is stopped. */
+  idleSince: number;
 }
 
 interface Task {
@@ -99,7 +103,9 @@ export class SandboxPool {
   private readonly running = new Map<string, number>();
   private nextId = 1;
   private started = 0;
+  private stoppedIdle = 0;
   private closed = false;
+  private readonly sweeper?: NodeJS.Timeout;
 
   constructor(
     private readonly config: Config,
@@ -110,6 +116,28 @@ export class SandboxPool {
     this.maxThreads = config.SANDBOX_THREADS;
     this.ownerCap = Math.max(1, Math.floor(config.SANDBOX_THREADS * config.FAIR_SHARE));
     if (this.isolating && options.preload?.length) this.spawn(config.TOOL_MEMORY_MB, options.preload);
+    // Threads start on demand and stop when idle, so a process that ran a burst of CPU work gives the
+    // threads' heaps back instead of holding them for good.
+    const idleMs = config.SANDBOX_IDLE_MS;
+    if (this.isolating && idleMs > 0) {
+      this.sweeper = setInterval(() => this.shrink(idleMs), Math.max(250, Math.min(60_000, Math.floor(idleMs / 2))));
+      this.sweeper.unref();
+    }
+  }
+
+  /**
+   * Stops threads idle for `idleMs` or more. With preload one thread is kept (warm for the next call);
+   * without it the pool may shrink to none, and the next call starts a thread again.
+   */
+  private shrink(idleMs: number): void {
+    const keep = this.options.preload?.length ? 1 : 0;
+    const now = Date.now();
+    const stale = this.threads.filter((t) => t.ready && !t.task && !t.gone && now - t.idleSince >= idleMs).sort((a, b) => a.idleSince - b.idleSince);
+    for (const t of stale) {
+      if (this.threads.length <= keep) return;
+      this.stoppedIdle++;
+      void this.retire(t, { replace: false });
+    }
   }
 
   /** Runs an isolated tool's handler (found by name among `tool.isolated`'s exports) in a thread. */
@@ -129,12 +157,19 @@ export class SandboxPool {
   }
 
   stats(): SandboxStats {
-    return { threads: this.threads.length, busy: this.threads.filter((t) => t.task).length, queued: this.queue.length, started: this.started };
+    return {
+      threads: this.threads.length,
+      busy: this.threads.filter((t) => t.task).length,
+      queued: this.queue.length,
+      started: this.started,
+      stopped_idle: this.stoppedIdle,
+    };
   }
 
   /** Stops every thread; queued and running work fails. */
   async close(): Promise<void> {
     this.closed = true;
+    clearInterval(this.sweeper);
     for (const task of this.queue.splice(0)) this.settle(task, new AppError('service_unavailable', 'The service is shutting down'));
     await Promise.all(
       [...this.threads].map(async (t) => {
@@ -259,7 +294,7 @@ export class SandboxPool {
       workerData: { config: this.config, preload: [...modules] } satisfies ThreadData,
       resourceLimits: { maxOldGenerationSizeMb: memoryMb, maxYoungGenerationSizeMb: youngGenerationMb(memoryMb), stackSizeMb: THREAD_STACK_MB },
     });
-    const thread: Thread = { worker, memoryMb, task: null, gone: false, ready: false, modules };
+    const thread: Thread = { worker, memoryMb, task: null, gone: false, ready: false, modules, idleSince: Date.now() };
     this.threads.push(thread);
     this.started++;
     thread.loadTimer = setTimeout(() => {
@@ -327,6 +362,7 @@ export class SandboxPool {
   /** The thread finished its task normally and is free for the next. */
   private finish(thread: Thread, task: Task): void {
     thread.task = null;
+    thread.idleSince = Date.now();
     this.release(task);
     setImmediate(() => this.dispatch());
   }

@@ -64,6 +64,12 @@ export interface ToolStore {
   /** `ttlSeconds` from 1 to 30 days; values up to STORE_MAX_BYTES of JSON. */
   set(key: string, value: unknown, ttlSeconds: number): Promise<void>;
   delete(key: string): Promise<void>;
+  /**
+   * Runs `fn` holding this account's and tool's lock named `key`, so calls that share a key run one
+   * after another (cvi_loop's rounds of one loop). A lock whose holder died frees itself after
+   * `holdMs`; a call that cannot take it within `waitMs` gets null and `fn` never runs.
+   */
+  exclusive<T>(key: string, opts: { holdMs: number; waitMs: number; signal?: AbortSignal }, fn: () => Promise<T>): Promise<{ value: T } | null>;
 }
 
 /** One request through the guarded client (ctx.http). */
@@ -260,6 +266,12 @@ export interface ToolDefinition<S extends z.ZodTypeAny = z.ZodTypeAny, R = unkno
   idempotent?: boolean;
   /** Needs the caller's edge-network token (X-Edge-Token). */
   needsEdgeToken?: boolean;
+  /**
+   * Its input or answer carries what a caller keeps secret (a passport's content): both are sealed
+   * wherever the call leaves them (job data, return value, job records, event logs, job_results;
+   * src/queue/job-seal.ts), and its progress carries figures only, never text. Other tools pay nothing.
+   */
+  sensitive?: boolean;
   /** Documented output shape, one line, for GET /tools/{name}. */
   output: string;
   /**

@@ -1,14 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, inject } from 'vitest';
-import { openPool, type DatabasePool } from '../../src/db/pool.js';
-import { AccountsRepo } from '../../src/access/accounts.js';
-import { AdminService } from '../../src/ops/admin.js';
-import { CreditReservations } from '../../src/money/holds.js';
+import type { AdminService } from '../../src/ops/admin.js';
+import type { CreditReservations } from '../../src/money/holds.js';
 import { inFlightKey } from '../../src/access/in-flight.js';
-import { RedisServer, ServiceProcess, dropDatabase, freePort, freshDatabase, waitForHttp } from './rig.js';
+import { Deployment, RedisServer, ServiceProcess, waitForHttp } from './rig.js';
 
 /**
  * Money under faults. The API and two core workers run as separate processes on a Redis and a
@@ -25,9 +23,9 @@ const LOCK_MS = 2_000;
 const CALLS = 120;
 const CLIENTS = 6;
 
+let d: Deployment;
 let redis: RedisServer;
 let dbUrl: string;
-let pool: DatabasePool;
 let admin: AdminService;
 let adminRedis: Redis;
 /** The deployment's money keys (names only: src/queue/keyspace.ts says where each lives). */
@@ -38,46 +36,23 @@ let base: string;
 const rows: string[] = [];
 
 beforeAll(async () => {
-  redis = new RedisServer(await freePort());
-  await redis.start();
-  dbUrl = await freshDatabase(inject('databaseUrl'), 'chaos');
-  pool = await openPool(dbUrl, { maximumPoolSize: 2 });
-  adminRedis = new Redis(redis.url, { maxRetriesPerRequest: null });
-  adminRedis.on('error', () => {});
-  const accounts = new AccountsRepo(pool);
-  moneyKeys = new CreditReservations(adminRedis, PREFIX, accounts);
-  admin = new AdminService({ accounts, credits: moneyKeys, redis: adminRedis, prefix: PREFIX });
-
-  const port = await freePort();
-  base = `http://127.0.0.1:${port}`;
-  const env = {
-    ...process.env,
-    REDIS_URL: redis.url,
-    DATABASE_URL: dbUrl,
-    REDIS_PREFIX: PREFIX,
-    PORT: String(port),
-    HOST: '127.0.0.1',
-    EDGE_TOKEN_KEY: randomBytes(32).toString('hex'),
-    WORKER_LOCK_MS: String(LOCK_MS),
-    SYNC_TIMEOUT_MS: '8000',
-    RECONCILE_SECONDS: '1',
-    FAIR_SHARE: '1',
-    LOG_LEVEL: 'error',
-  };
-  api = new ServiceProcess('api', ['src/server.ts'], { ...env, WORKERS: 'off' });
-  workers = [0, 1].map((i) => new ServiceProcess(`worker-${i}`, ['workers/index.ts', '--family', 'core'], env));
-  api.start();
-  for (const w of workers) w.start();
-  await waitForHttp(base, true, 60_000);
+  d = await new Deployment({
+    label: 'chaos',
+    prefix: PREFIX,
+    workers: 2,
+    env: {
+      WORKER_LOCK_MS: String(LOCK_MS),
+      SYNC_TIMEOUT_MS: '8000',
+      RECONCILE_SECONDS: '1',
+      FAIR_SHARE: '1',
+    },
+  }).launch(inject('databaseUrl'), 60_000);
+  ({ redis, dbUrl, admin, adminRedis, moneyKeys, api, workers, base } = d);
 }, 120_000);
 
 afterAll(async () => {
   process.stdout.write(`\n${HEADER}\n${rows.join('\n')}\n`);
-  for (const p of [api, ...(workers ?? [])]) await p?.kill();
-  adminRedis?.disconnect();
-  await pool?.end();
-  await redis?.stop();
-  if (dbUrl) await dropDatabase(dbUrl);
+  await d?.close();
 }, 60_000);
 
 const HEADER =
@@ -142,7 +117,10 @@ async function oneCall(i: number, account: number, apiKey: string, tag: string):
       ({ status, body } = await follow(apiKey, body.job_id, deadline));
     }
     if (status === 200) return { ...base, status, jobId, cost: body?.cost_cents };
-    const retryable = status === 409 || status === 429 || status >= 500 || status === 202;
+    // 410 job_lost: accepted, then lost before it ran (the API died between its intent and the queue);
+    // the contract says to send the request again with the same key, and then it runs once.
+    const lost = status === 410 && body?.error?.code === 'job_lost';
+    const retryable = status === 409 || status === 429 || status >= 500 || status === 202 || lost;
     if (!keyed || !retryable || Date.now() > deadline) return { ...base, status, jobId };
     await sleep(300);
   }

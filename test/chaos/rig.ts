@@ -5,7 +5,11 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { migrate } from '../../src/db/migrate.js';
-import { ensureDatabase } from '../../src/db/pool.js';
+import { Redis } from 'ioredis';
+import { ensureDatabase, openPool, type DatabasePool } from '../../src/db/pool.js';
+import { AccountsRepo } from '../../src/access/accounts.js';
+import { AdminService } from '../../src/ops/admin.js';
+import { CreditReservations } from '../../src/money/holds.js';
 
 /**
  * The chaos rig's moving parts as real processes: a Redis of its own, the API and core workers started
@@ -126,5 +130,66 @@ export async function dropDatabase(dbUrl: string): Promise<void> {
     await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
   } finally {
     await c.end();
+  }
+}
+
+/**
+ * A deployment of its own for one chaos file: a Redis server, a migrated database, the API (WORKERS=off)
+ * and `workers` core workers as processes, and the operator's handles on its money (admin service,
+ * the money keys, a small pool). `env` adds to what every deployment sets.
+ */
+export class Deployment {
+  redis!: RedisServer;
+  dbUrl!: string;
+  pool!: DatabasePool;
+  adminRedis!: Redis;
+  admin!: AdminService;
+  moneyKeys!: CreditReservations;
+  api!: ServiceProcess;
+  workers: ServiceProcess[] = [];
+  base!: string;
+
+  constructor(private readonly opts: { label: string; prefix: string; workers: number; env?: Record<string, string> }) {}
+
+  async launch(baseDbUrl: string, readyTimeoutMs = 60_000): Promise<this> {
+    const { label, prefix } = this.opts;
+    this.redis = new RedisServer(await freePort());
+    await this.redis.start();
+    this.dbUrl = await freshDatabase(baseDbUrl, label);
+    this.pool = await openPool(this.dbUrl, { maximumPoolSize: 2 });
+    this.adminRedis = new Redis(this.redis.url, { maxRetriesPerRequest: null });
+    this.adminRedis.on('error', () => {});
+    const accounts = new AccountsRepo(this.pool);
+    this.moneyKeys = new CreditReservations(this.adminRedis, prefix, accounts);
+    this.admin = new AdminService({ accounts, credits: this.moneyKeys, redis: this.adminRedis, prefix });
+    const port = await freePort();
+    this.base = `http://127.0.0.1:${port}`;
+    const env = {
+      ...process.env,
+      REDIS_URL: this.redis.url,
+      DATABASE_URL: this.dbUrl,
+      REDIS_PREFIX: prefix,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      EDGE_TOKEN_KEY: randomBytes(32).toString('hex'),
+      LOG_LEVEL: 'error',
+      ...this.opts.env,
+    };
+    this.api = new ServiceProcess('api', ['src/server.ts'], { ...env, WORKERS: 'off' });
+    this.workers = Array.from({ length: this.opts.workers }, (_, i) => new ServiceProcess(`worker-${i}`, ['workers/index.ts', '--family', 'core'], env));
+    this.api.start();
+    for (const w of this.workers) w.start();
+    await waitForHttp(this.base, true, readyTimeoutMs);
+    return this;
+  }
+
+  /** Stops every process (a frozen one is woken first), the Redis server, and drops the database. */
+  async close(): Promise<void> {
+    for (const w of this.workers) w.signal('SIGCONT');
+    for (const p of [this.api, ...this.workers]) await p?.kill();
+    this.adminRedis?.disconnect();
+    await this.pool?.end();
+    await this.redis?.stop();
+    if (this.dbUrl) await dropDatabase(this.dbUrl);
   }
 }

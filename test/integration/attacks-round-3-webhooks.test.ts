@@ -7,13 +7,10 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { Queue } from 'bullmq';
 import pg from 'pg';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { WEBHOOK_QUEUE } from '../../src/calls/webhooks.js';
-import { queuePrefix } from '../../src/queue/keyspace.js';
-import { connectRedis } from '../../src/queue/redis.js';
+import { sql } from '../../src/db/pool.js';
 import { json, startHarness, type Harness } from '../helpers/harness.js';
 import { closedPort } from '../helpers/http-targets.js';
 import { listening, runToExit } from '../helpers/processes.js';
@@ -392,27 +389,21 @@ describe('webhooks as an attacker meets them', () => {
     const refused = await hooked(busy.apiKey, 'compute', { expression: '1 + 1' }, `${receiver.base}/ok/${busy.accountId}`);
     expect(refused.statusCode).toBe(429);
 
-    // Three places last touched long ago whose deliveries wait for their next retry (delayed): they count too.
+    // Three places last touched long ago whose deliveries wait for their next retry (outbox rows due later): they count too.
     const retrying = await h.account('pro', 100);
-    const connection = connectRedis(h.config.REDIS_URL);
-    const queue = new Queue(WEBHOOK_QUEUE, { connection, prefix: queuePrefix(h.config.REDIS_PREFIX) });
     const ids = [0, 1, 2].map((i) => `core-11111111-0000-0000-0000-00000000000${i}`);
     try {
       for (const id of ids) {
-        await queue.add(
-          'deliver',
-          { jobId: id, accountId: retrying.accountId, url: 'https://example.invalid/', deliveryId: `dlv_${id}` },
-          { jobId: `hook-${id}`, delay: 600_000 },
-        );
+        await h.container.pool.query(sql.unsafe`
+          INSERT INTO webhook_jobs (job_id, account_id, url, scope, next_at)
+          VALUES (${id}, ${retrying.accountId}, 'https://example.invalid/', ${h.config.REDIS_PREFIX}, now() + interval '10 minutes')`);
         await h.container.redis.zadd(pending.key(retrying.accountId), Date.now() - 120_000, id);
       }
       const waiting = await hooked(retrying.apiKey, 'compute', { expression: '1 + 1' }, `${receiver.base}/ok/${retrying.accountId}`);
       expect(waiting.statusCode).toBe(429);
       expect((await h.container.redis.zrange(pending.key(retrying.accountId), 0, -1)).sort()).toEqual(ids);
     } finally {
-      for (const id of ids) await queue.remove(`hook-${id}`);
-      await queue.close();
-      await connection.quit();
+      await h.container.pool.query(sql.unsafe`DELETE FROM webhook_jobs WHERE job_id = ANY(${sql.array(ids, 'text')})`);
     }
   });
 

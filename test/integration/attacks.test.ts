@@ -9,7 +9,7 @@ import { generatePrivateKey } from 'viem/accounts';
  * The attack table of the isolation issue, run against one service while a probe from another
  * account calls `GET /health` and a 2-cent `compute` every 100 ms. Every attack is refused with its
  * documented 4xx (or, for pages over the parse caps, a truncated 200), nothing is charged, and the
- * probe is never kept waiting a second: a liveness bound, far above normal latency.
+ * probe is never kept waiting 2 s: a liveness bound, far above normal latency.
  */
 
 const X402_RPM = 10;
@@ -283,7 +283,9 @@ describe('attack table', () => {
     expect(await h.credits(attacker.accountId)).toBe(1_000 - 2 * charges);
     expect(report.failures).toEqual([]);
     expect(report.rounds).toBeGreaterThan(10);
-    expect(report.worstMs).toBeLessThan(1_000);
+    // A liveness bound, not a latency target: a probe kept waiting by an attack waits for the attack's whole
+    // length (seconds to minutes). 2 s, because CI runs other test files beside this one (1.3 s seen once).
+    expect(report.worstMs).toBeLessThan(2_000);
     rows.push({ attack: `probe: ${report.rounds} rounds, worst wait`, status: `${Math.round(report.worstMs)} ms`, code: '' });
   });
 });

@@ -181,7 +181,9 @@ describe('DELETE /jobs/{id}', () => {
     expect(body).toMatchObject({ job_id: root, status: 'cancelled', cancelled: true, mode: 'chain', cost_cents: 2 });
     expect(body.steps.map((s: { status: string }) => s.status)).toEqual(['completed', 'cancelled', 'cancelled']);
     const final = await settledAnswer(root, a.apiKey);
-    expect(final.statusCode).toBe(409);
+    // Once seen answering 200 here under full-suite load, never reproduced since: a failure names every step's own answer.
+    const stepAnswers = final.statusCode === 409 ? [] : await Promise.all(body.steps.map(async (s: { job_id: string }) => json(await get(s.job_id, a.apiKey))));
+    expect(final.statusCode, JSON.stringify({ final: json(final), steps: stepAnswers })).toBe(409);
     expect(json(final).error).toMatchObject({ code: 'cancelled', cost_cents: 2, failed_step: { index: 1 } });
     expect(await ledgerLines(a.accountId)).toBe(1);
     expect(await h.credits(a.accountId)).toBe(98);

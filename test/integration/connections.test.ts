@@ -96,6 +96,10 @@ describe('clients that trickle their request', () => {
     timeout: 20_000,
   }, async () => {
     const acct = await h.account('pro', 100);
+    // The server's own account of why each socket ended: Node reports an expired request as a
+    // clientError with ERR_HTTP_REQUEST_TIMEOUT (Fastify answers it with the 408).
+    const expired: string[] = [];
+    h.app.server.on('clientError', (e: NodeJS.ErrnoException) => expired.push(e.code ?? String(e)));
     const t0 = Date.now();
     for (let i = 0; i < SLOW; i++) sockets.push(await open(port, '127.0.0.1', t0));
     // Half trickle their headers, half send whole headers and then trickle a body that never ends.
@@ -126,8 +130,17 @@ describe('clients that trickle their request', () => {
     }
     const open_ = sockets.filter((t) => t.closedAt === null).length;
     expect(open_).toBe(0);
-    // Node answers an expired request with 408 before closing: the deadline cut them, not an error.
-    expect(sockets.filter((t) => t.received.startsWith('HTTP/1.1 408')).length).toBe(SLOW);
+    // The deadline cut every one of them, not an error: the server saw SLOW expired requests and
+    // nothing else, and none was closed before its deadline.
+    expect(expired.filter((c) => c === 'ERR_HTTP_REQUEST_TIMEOUT')).toHaveLength(SLOW);
+    expect(expired.filter((c) => c !== 'ERR_HTTP_REQUEST_TIMEOUT')).toEqual([]);
+    expect(Math.min(...sockets.map((t) => t.closedAt!))).toBeGreaterThanOrEqual(REQUEST_TIMEOUT_MS - 100);
+    // Each is answered 408 before the close. A client that reads late may lose that answer: the server
+    // closes with the client's drip unread, so the close is a reset, and a reset discards what the
+    // client had not read yet (seen on a loaded machine). Whatever a client did read is the 408.
+    const answered = sockets.filter((t) => t.received !== '');
+    expect(answered.length).toBeGreaterThan(0);
+    for (const t of answered) expect(t.received.startsWith('HTTP/1.1 408')).toBe(true);
     const last = Math.max(...sockets.map((t) => t.closedAt!));
     expect(last).toBeLessThan(REQUEST_TIMEOUT_MS + 5_000);
     await sleep(100);

@@ -296,7 +296,9 @@ describe('outputSchema and annotations', () => {
     await client.close();
   });
 
-  it('the SDK client validates structuredContent of several tools against their outputSchema, and a wrong shape would fail it', async () => {
+  it('the SDK client validates structuredContent of several tools against their outputSchema, and a wrong shape would fail it', {
+    timeout: 120_000,
+  }, async () => {
     const ent = await h.account('enterprise', 1000);
     const client = await connect(ent.apiKey);
     await listAll(client); // the client keeps each listed tool's outputSchema and checks results against it
@@ -328,7 +330,9 @@ describe('outputSchema and annotations', () => {
     await client.close();
   });
 
-  it("a broad sample of real results (every example of every tool that needs no upstream) validates against its tool's outputSchema", async () => {
+  it("a broad sample of real results (every example of every tool that needs no upstream) validates against its tool's outputSchema", {
+    timeout: 120_000,
+  }, async () => {
     const ent = await h.account('enterprise', 100_000);
     const validator = new AjvJsonSchemaValidator();
     const sample = TOOLS.filter((t) => ['core', 'math', 'text'].includes(t.family) && !t.needs?.length && !t.needsEdgeToken && t.outputSchema);

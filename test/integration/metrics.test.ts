@@ -90,6 +90,28 @@ describe('GET /metrics on the API', () => {
     expect(find(s, 'nodejs_eventloop_lag_seconds')).toHaveLength(1);
   });
 
+  it("follows Prometheus's naming rules (what promtool check metrics lints): HELP and TYPE for each, _total on counters only", async () => {
+    const res = await h.request({ method: 'GET', url: '/metrics', headers: bearer });
+    const types = new Map<string, string>();
+    const helps = new Set<string>();
+    for (const line of res.body.split('\n')) {
+      const t = /^# TYPE (\S+) (\S+)$/.exec(line);
+      if (t) types.set(t[1]!, t[2]!);
+      const h = /^# HELP (\S+) \S/.exec(line);
+      if (h) helps.add(h[1]!);
+    }
+    expect(types.size).toBeGreaterThan(20);
+    expect(types.has('nodejs_active_handles')).toBe(true);
+    const wrong: string[] = [];
+    for (const [name, type] of types) {
+      if (!helps.has(name)) wrong.push(`${name}: no HELP`);
+      if (type === 'counter' && !name.endsWith('_total')) wrong.push(`${name}: counter without _total`);
+      if (type !== 'counter' && name.endsWith('_total')) wrong.push(`${name}: ${type} named _total`);
+      if (!/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(name)) wrong.push(`${name}: invalid name`);
+    }
+    expect(wrong).toEqual([]);
+  });
+
   it('counts a failed call by its error code, and unmatched URLs under one route label', async () => {
     const a = await h.account('pro', 100);
     expect((await h.call('compute', { expression: '1 +' }, a.apiKey)).statusCode).toBe(400);

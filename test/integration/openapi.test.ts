@@ -14,7 +14,11 @@ let pro: TestAccount;
 let baseUrl: string;
 
 beforeAll(async () => {
-  h = await startHarness();
+  // Real sockets, reused by fetch between tests. With the default 5 s keep-alive, fetch drops an idle
+  // socket after 4 s (the server's hint less a second); on a loaded CI machine the event loop stalled past
+  // that margin once, fetch reused a socket the server was closing, and the request failed (ECONNRESET).
+  // No idle gap in this file comes near a minute.
+  h = await startHarness({ KEEP_ALIVE_TIMEOUT_MS: '60000' });
   pro = await h.account('enterprise', 1000, { rpm: 100_000 });
   baseUrl = await h.app.listen({ port: 0, host: '127.0.0.1' });
 });

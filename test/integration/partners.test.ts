@@ -175,7 +175,7 @@ describe('partners, sign-up and shares', () => {
     expect(shares).toEqual([200, 66]);
     expect(await h.ledgerSum(referred.accountId)).toBe(await h.credits(referred.accountId));
     expect(await h.credits(referred.accountId)).toBe(1383);
-  }, 60_000);
+  }, 180_000);
 
   it('partner report --month shows referred accounts, revenue and share', async () => {
     const r = await admin(['partner', 'report', '--month', month]);

@@ -72,18 +72,28 @@ describe('parser bombs with a probe', () => {
       Answer,
       Answer,
     ];
-    expect(deep.status).toBe(200);
-    expect(deep.body.result.truncated).toBe(true);
-    expect(wide.status).toBe(200);
-    expect(bomb.status).toBe(200);
-    expect(bomb.body.result.truncated).toBe(true);
-    expect(fetched.status).toBe(200);
-    expect(fetched.body.result.truncated).toBe(true);
-    expect(laughs.status).toBe(400);
-    expect(many.status).toBe(200);
+    // Each parse ends bounded: cut by the parser's caps (200, truncated), or, when the machine is too
+    // busy to finish it in time, stopped by the tool's time limit (422 limit_exceeded, not charged).
+    // The wide page and the bomb each take about 3 s of CPU against grabr_scrape's 10 s, so a loaded
+    // 2-core CI running them side by side has hit the limit. That the caps truncate is asserted
+    // without load in test/unit/web/b-html.test.ts.
+    const bounded = (a: Answer) => {
+      const why = JSON.stringify(a.body).slice(0, 300);
+      if (a.status === 422) expect(a.body.error, why).toMatchObject({ code: 'limit_exceeded', limit: 'time' });
+      else {
+        expect(a.status, why).toBe(200);
+        expect(a.body.result.truncated, why).toBe(true);
+      }
+    };
+    bounded(deep);
+    bounded(wide);
+    bounded(bomb);
+    bounded(fetched);
+    expect(laughs.status, JSON.stringify(laughs.body).slice(0, 300)).toBe(400);
+    expect(many.status, JSON.stringify(many.body).slice(0, 300)).toBe(200);
     expect(many.body.result).toMatchObject({ truncated: true });
     expect(many.body.result.urls.length).toBe(1000);
-    expect(batch.status).toBe(200);
+    expect(batch.status, JSON.stringify(batch.body).slice(0, 300)).toBe(200);
     expect(batch.body.result.items).toHaveLength(3);
     // A liveness bound far above a normal /health (a few ms): the event loop never stalled for long.
     expect(worst).toBeLessThan(1000);

@@ -174,26 +174,35 @@ describe('no work without verified funds', () => {
 });
 
 describe('one authorization, one settlement', () => {
-  it('replayed after it settled: 402 payment_already_used, nothing runs twice, the chain moved once', async () => {
+  it('replayed after it settled: the same request gets the first answer and its settlement, another request 402; the chain moved once', async () => {
     const payer = await funded(1_000_000n);
     const requirements = await offer('/tools/compute', { expression: '3+4' });
     const header = toHeader(await signPayment(requirements, { privateKey: payer.privateKey }));
     const first = await post('/tools/compute', { expression: '3+4' }, { 'X-PAYMENT': header });
     expect(first.status).toBe(200);
     const again = await post('/tools/compute', { expression: '3+4' }, { 'X-PAYMENT': header });
-    expect(again.status).toBe(402);
-    expect(await again.json()).toMatchObject({ code: 'payment_already_used' });
+    expect(again.status).toBe(200);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(await again.json()).toEqual(await first.json());
+    expect(decodeXPaymentResponse(again.headers.get('X-PAYMENT-RESPONSE')!)).toEqual(decodeXPaymentResponse(first.headers.get('X-PAYMENT-RESPONSE')!));
+    const other = await post('/tools/compute', { expression: '3+5' }, { 'X-PAYMENT': header });
+    expect(other.status).toBe(402);
+    expect(await other.json()).toMatchObject({ code: 'payment_already_used' });
     expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - 20_000n);
     expect(await paymentsOf(payer.address)).toHaveLength(1);
   });
 
-  it('sent 8 times at once: one 200, seven refusals, one transfer on chain', async () => {
+  it('sent 8 times at once: one runs and settles, the others are refused or get its answer; one transfer on chain', async () => {
     const payer = await funded(1_000_000n);
     const requirements = await offer('/tools/compute', { expression: '5*5' });
     const header = toHeader(await signPayment(requirements, { privateKey: payer.privateKey }));
     const answers = await Promise.all(Array.from({ length: 8 }, () => post('/tools/compute', { expression: '5*5' }, { 'X-PAYMENT': header })));
-    const statuses = answers.map((r) => r.status).sort();
-    expect(statuses).toEqual([200, 402, 402, 402, 402, 402, 402, 402]);
+    const fresh = answers.filter((r) => r.status === 200 && r.headers.get('idempotent-replayed') !== 'true');
+    expect(fresh).toHaveLength(1);
+    // Copies that arrive while it runs: 402; while it settles: 409 (retry); after: its answer again.
+    for (const r of answers) expect([200, 402, 409]).toContain(r.status);
+    const tx = decodeXPaymentResponse(fresh[0]!.headers.get('X-PAYMENT-RESPONSE')!).transaction;
+    for (const r of answers.filter((r) => r.status === 200)) expect(decodeXPaymentResponse(r.headers.get('X-PAYMENT-RESPONSE')!).transaction).toBe(tx);
     expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - 20_000n);
     expect(await paymentsOf(payer.address)).toMatchObject([{ status: 'settled' }]);
   });

@@ -36,7 +36,8 @@ function startService(env: Record<string, string>): Promise<{ code: number | nul
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
       reject(new Error(`the service did not stop by itself: ${stdout}${stderr}`));
-    }, 30_000);
+      // A start-up is 10-20 s of tsx on a loaded 2-core machine, and the first test starts four at once.
+    }, 60_000);
     child.on('exit', (code) => {
       clearTimeout(timer);
       resolve({ code, stdout, stderr });
@@ -69,7 +70,7 @@ describe('start-up refusals', () => {
     expect(two.stderr).toMatch(/facilitator and deferred are both configured/);
     expect(unsupported.stderr).toMatch(/does not support scheme exact on eip155:84532 \(base-sepolia\); it lists v2 exact on eip155:8453/);
     expect(unreachable.stderr).toMatch(/cannot reach the x402 facilitator at http:\/\/127\.0\.0\.1:9/);
-  }, 60_000);
+  }, 120_000);
 
   it('a private key is never echoed, even when it is malformed', async () => {
     const secret = `0x${'ab'.repeat(31)}zz`;

@@ -232,12 +232,26 @@ describe('a signed payment', () => {
     expect(await tableCounts()).toEqual(before);
   });
 
-  it('used a second time is refused as already used, and the tool ran once', async () => {
+  it('sent again for the same request is answered with the first answer (replayed), and the tool ran once', async () => {
+    const payer = newPayer();
+    const header = toHeader(await signPayment(await offer(h, 'compute', { expression: '3*3' }), { privateKey: payer.key }));
+    const first = await pay(h, 'compute', { expression: '3*3' }, header);
+    expect(first.statusCode).toBe(200);
+    const again = await pay(h, 'compute', { expression: '3*3' }, header);
+    expect(again.statusCode).toBe(200);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(json(again)).toEqual(json(first));
+    expect(again.headers['x-payment-response']).toBe(first.headers['x-payment-response']);
+    expect(await ledgerOf(payer.address)).toHaveLength(1);
+    expect(await paymentsOf(payer.address)).toHaveLength(1);
+  });
+
+  it('used again for another request is refused as already used, and the tool ran once', async () => {
     const payer = newPayer();
     const header = toHeader(await signPayment(await offer(h, 'compute', { expression: '3*3' }), { privateKey: payer.key }));
     expect((await pay(h, 'compute', { expression: '3*3' }, header)).statusCode).toBe(200);
-    const again = await pay(h, 'compute', { expression: '3*3' }, header);
-    expectPaymentError(again, 'payment_already_used', 'nonce_already_used');
+    const other = await pay(h, 'compute', { expression: '3*4' }, header);
+    expectPaymentError(other, 'payment_already_used', 'nonce_already_used');
     expect(await ledgerOf(payer.address)).toHaveLength(1);
     expect(await paymentsOf(payer.address)).toHaveLength(1);
   });
@@ -246,10 +260,13 @@ describe('a signed payment', () => {
     const payer = newPayer();
     const header = toHeader(await signPayment(await offer(h, 'compute', { expression: '4*4' }), { privateKey: payer.key }));
     const results = await Promise.all(Array.from({ length: 5 }, () => pay(h, 'compute', { expression: '4*4' }, header)));
+    // One runs. A copy arriving while it runs is refused (402), one arriving while it settles is told
+    // to retry (409), one arriving after it was answered gets that answer again.
     const ok = results.filter((r) => r.statusCode === 200);
-    expect(ok).toHaveLength(1);
-    expect(json(ok[0]!).result.value).toBe(16);
-    for (const r of results.filter((r) => r.statusCode !== 200)) expectPaymentError(r, 'payment_already_used', 'nonce_already_used');
+    expect(ok.filter((r) => r.headers['idempotent-replayed'] !== 'true')).toHaveLength(1);
+    for (const r of ok) expect(json(r).result.value).toBe(16);
+    for (const r of results.filter((r) => r.statusCode === 409)) expect(json(r).error.code).toBe('idempotency_in_progress');
+    for (const r of results.filter((r) => r.statusCode !== 200 && r.statusCode !== 409)) expectPaymentError(r, 'payment_already_used', 'nonce_already_used');
     expect(await ledgerOf(payer.address)).toHaveLength(1);
     expect(await paymentsOf(payer.address)).toMatchObject([{ status: 'awaiting_settlement' }]);
   });
@@ -447,7 +464,7 @@ describe('operator commands (npm run admin -- payments ...)', () => {
     return (await paymentsOf(payer.address))[0]!.id;
   }
 
-  it('list, export, mark-settled, mark-failed and settle', { timeout: 120_000 }, async () => {
+  it('list, export, mark-settled, mark-failed and settle', { timeout: 300_000 }, async () => {
     const [a, b, c] = [await awaitingPayment(), await awaitingPayment(), await awaitingPayment()];
 
     const listed = JSON.parse((await admin(['payments', 'list'])).stdout);

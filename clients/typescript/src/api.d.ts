@@ -478,7 +478,7 @@ export interface paths {
         };
         /**
          * Status and result of a call, chain or parallel request
-         * @description Status and result of a call, chain or parallel request (same key only). While it runs: 200 with status queued or running (a chain or parallel root also gives mode and steps). Completed: 200 with the body the synchronous call would have had. Failed or cancelled: the error it ended with, at its own status, with job_id. A job sent with a Callback-Url also carries `webhook` (in `error` when it failed). A job of another key: 404.
+         * @description Status and result of a call, chain or parallel request (same key only). While it runs: 200 with status queued or running (a chain or parallel root also gives mode and steps). Completed: 200 with the body the synchronous call would have had. Failed or cancelled: the error it ended with, at its own status, with job_id. Lost (accepted, then lost by the queue before it ran): 410 job_lost, never 404. A job sent with a Callback-Url also carries `webhook` (in `error` when it failed). A job of another key: 404.
          */
         get: operations["getJob"];
         put?: never;
@@ -975,6 +975,86 @@ export interface paths {
          * @description Buy credits with an x402 payment: 402 with the exact amount, then settled and credited once. Needs both a key, which names the account, and the payment (USDC, scheme exact): a production, agent or VIP key (sub-keys and sandbox keys: 403 forbidden; a rotated key in its grace: 403 key_in_grace). Without a payment header the answer is 402 with the exact amount (v1 body, v2 PAYMENT-REQUIRED header); repeat the request with the signed payment in PAYMENT-SIGNATURE (v2) or X-Payment (v1). Credits are added only once the payment has settled, once per payment. 503 topup_unavailable when x402 is not configured with a facilitator or self-settlement; 503 service_unavailable when a settled payment could not be credited yet (the recovery pass adds it: do not pay again). 502 upstream_error when the facilitator cannot be reached.
          */
         post: operations["topUp"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/credits/checkout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Buy credits by card: opens a Stripe Checkout page
+         * @description Opens a Stripe Checkout session (mode payment) for exactly `cents` US cents and answers its URL. Credits are added when Stripe reports the payment (POST /stripe/webhook, checkout.session.completed), exactly once, and show in GET /usage as a top-up. A production, agent or VIP key (sub-keys and sandbox keys: 403). 503 payments_unavailable when STRIPE_SECRET_KEY is not set; 502 upstream_error when Stripe cannot be reached.
+         */
+        post: operations["openCardCheckout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/billing/subscribe": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Subscribe to a paid plan by card: opens a Stripe Checkout page
+         * @description Opens a Stripe Checkout session (mode subscription) for the plan’s configured Price (STRIPE_PRICE_<PLAN>; unset or unknown plan: 400). The plan is set, and its monthly credits (PLAN_CREDITS_<PLAN>) granted per paid invoice, when Stripe reports them. An account with a live subscription: 409 subscription_exists (change it in the portal). 503 payments_unavailable when STRIPE_SECRET_KEY is not set.
+         */
+        post: operations["subscribeToPlan"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/billing/portal": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The Stripe Billing Portal for the account's card, invoices and plan
+         * @description Answers a Stripe Billing Portal session URL for the account’s Stripe customer. 404 not_found when the account has never paid by card (it has no customer). 503 payments_unavailable when STRIPE_SECRET_KEY is not set.
+         */
+        post: operations["openBillingPortal"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/stripe/webhook": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Stripe's webhook endpoint: card payments, refunds, disputes, subscriptions and invoices
+         * @description Stripe POSTs its events here, signed (Stripe-Signature, checked against STRIPE_WEBHOOK_SECRET over the raw body: a missing or wrong signature is 400 invalid_input and changes nothing). Each event acts once, however often and in whatever order it is delivered, and on any number of replicas at once. Events acted on: checkout.session.completed, charge.refunded, charge.dispute.*, customer.subscription.created/updated/deleted, invoice.paid; others are acknowledged (200) and ignored. 502 when Stripe could not be asked for an object’s current state (Stripe retries). 503 payments_unavailable when STRIPE_SECRET_KEY is not set.
+         */
+        post: operations["stripeWebhook"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3071,10 +3151,10 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /**
-         * @description Every error code and its HTTP status: invalid_input 400, unauthorized 401, invalid_api_key 401, key_not_found 401, payment_required 402, insufficient_credits 402, monthly_limit_exceeded 402, payment_invalid 402, payment_already_used 402, plan_required 403, tool_not_allowed 403, forbidden 403, edge_token_rejected 403, key_in_grace 403, tool_not_found 404, not_found 404, robots_disallowed 403, no_captions 404, method_not_allowed 405, idempotency_in_progress 409, payment_identifier_reused 409, cancelled 409, job_finished 409, payload_too_large 413, unsupported_media_type 415, idempotency_key_reused 422, tool_failed 422, limit_exceeded 422, rate_limited 429, concurrency_limited 429, internal_error 500, upstream_error 502, fetch_failed 502, tool_unavailable 503, service_unavailable 503, timeout 504, key_not_active 409, tool_set_exists 409, tool_set_in_use 409, topup_unavailable 503.
+         * @description Every error code and its HTTP status: invalid_input 400, unauthorized 401, invalid_api_key 401, key_not_found 401, payment_required 402, insufficient_credits 402, monthly_limit_exceeded 402, payment_invalid 402, payment_already_used 402, plan_required 403, tool_not_allowed 403, forbidden 403, edge_token_rejected 403, key_in_grace 403, tool_not_found 404, not_found 404, robots_disallowed 403, no_captions 404, method_not_allowed 405, idempotency_in_progress 409, payment_identifier_reused 409, cancelled 409, job_finished 409, loop_busy 409, job_lost 410, payload_too_large 413, unsupported_media_type 415, idempotency_key_reused 422, tool_failed 422, limit_exceeded 422, rate_limited 429, concurrency_limited 429, internal_error 500, upstream_error 502, fetch_failed 502, tool_unavailable 503, service_unavailable 503, timeout 504, key_not_active 409, tool_set_exists 409, tool_set_in_use 409, topup_unavailable 503, payments_unavailable 503, subscription_exists 409.
          * @enum {string}
          */
-        ErrorCode: "invalid_input" | "unauthorized" | "invalid_api_key" | "key_not_found" | "payment_required" | "insufficient_credits" | "monthly_limit_exceeded" | "payment_invalid" | "payment_already_used" | "plan_required" | "tool_not_allowed" | "forbidden" | "edge_token_rejected" | "key_in_grace" | "tool_not_found" | "not_found" | "robots_disallowed" | "no_captions" | "method_not_allowed" | "idempotency_in_progress" | "payment_identifier_reused" | "cancelled" | "job_finished" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "tool_failed" | "limit_exceeded" | "rate_limited" | "concurrency_limited" | "internal_error" | "upstream_error" | "fetch_failed" | "tool_unavailable" | "service_unavailable" | "timeout" | "key_not_active" | "tool_set_exists" | "tool_set_in_use" | "topup_unavailable";
+        ErrorCode: "invalid_input" | "unauthorized" | "invalid_api_key" | "key_not_found" | "payment_required" | "insufficient_credits" | "monthly_limit_exceeded" | "payment_invalid" | "payment_already_used" | "plan_required" | "tool_not_allowed" | "forbidden" | "edge_token_rejected" | "key_in_grace" | "tool_not_found" | "not_found" | "robots_disallowed" | "no_captions" | "method_not_allowed" | "idempotency_in_progress" | "payment_identifier_reused" | "cancelled" | "job_finished" | "loop_busy" | "job_lost" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "tool_failed" | "limit_exceeded" | "rate_limited" | "concurrency_limited" | "internal_error" | "upstream_error" | "fetch_failed" | "tool_unavailable" | "service_unavailable" | "timeout" | "key_not_active" | "tool_set_exists" | "tool_set_in_use" | "topup_unavailable" | "payments_unavailable" | "subscription_exists";
         /** @description The one error envelope. Extra details (required_plan, retry_after, issues, job_id…) sit inside `error`. */
         Error: {
             error: {
@@ -4258,6 +4338,44 @@ export interface components {
                 network: string;
             };
         };
+        CheckoutOpened: {
+            /** @description The Stripe Checkout session id (cs_...). */
+            id: string;
+            /** @description Stripe's hosted payment page: send the customer there. */
+            url: string;
+        };
+        PlanCheckoutOpened: {
+            /** @description The Stripe Checkout session id (cs_...). */
+            id: string;
+            /** @description Stripe's hosted payment page: send the customer there. */
+            url: string;
+            /** @enum {string} */
+            plan: "starter" | "pro" | "enterprise";
+        };
+        BillingPortal: {
+            /** @description The Billing Portal session id (bps_...). */
+            id: string;
+            /** @description Where the customer manages card, invoices and plan. */
+            url: string;
+        };
+        StripeWebhookAck: {
+            /** @constant */
+            received: true;
+            event_id: string;
+            type: string;
+            /**
+             * @description processed: acted on now; duplicate: already acted on; ignored: not an event this service acts on.
+             * @enum {string}
+             */
+            outcome: "processed" | "duplicate" | "ignored";
+        };
+        SubscribeRequest: {
+            /**
+             * @description The plan to subscribe to; it must have a Price configured (STRIPE_PRICE_<PLAN>), else 400.
+             * @enum {string}
+             */
+            plan: "starter" | "pro" | "enterprise";
+        };
         SignupRequest: {
             /**
              * Format: email
@@ -4305,6 +4423,19 @@ export interface components {
             } | null;
             /** @description How to buy credits. */
             topup: string;
+            /** @description Card payments: top-ups and plan subscriptions through Stripe Checkout. */
+            card: {
+                /** @description Whether card payments are configured (STRIPE_SECRET_KEY). */
+                enabled: boolean;
+                /** @description The paid plans sold by subscription (those with a STRIPE_PRICE_<PLAN>). */
+                plans: {
+                    /** @enum {string} */
+                    plan: "starter" | "pro" | "enterprise";
+                    /** @description Credits (cents) granted with each paid invoice. */
+                    monthly_credits: number;
+                }[];
+                how: string;
+            };
         };
         AdminAccount: {
             /** Format: uuid */
@@ -4340,6 +4471,10 @@ export interface components {
         };
         TopupRequest: {
             /** @description Credits to buy, in cents (TOPUP_MIN_CENTS to TOPUP_MAX_CENTS); the 402 asks for exactly this many cents of USDC. */
+            cents: number;
+        };
+        CheckoutRequest: {
+            /** @description Credits to buy, in cents (CHECKOUT_MIN_CENTS to CHECKOUT_MAX_CENTS); the card is charged exactly this many US cents. */
             cents: number;
         };
         /** @description Server-Sent Events: queued, progress, step (each step of a chain or parallel request), then result or error (id: lines resume with Last-Event-ID). */
@@ -4416,11 +4551,21 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The Idempotency-Key is in use by a request still running. Codes: idempotency_in_progress, payment_identifier_reused, cancelled, job_finished, key_not_active, tool_set_exists, tool_set_in_use. */
+        /** @description The Idempotency-Key is in use by a request still running. Codes: idempotency_in_progress, payment_identifier_reused, cancelled, job_finished, loop_busy, key_not_active, tool_set_exists, tool_set_in_use, subscription_exists. */
         Conflict: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
                 "Retry-After": components["headers"]["Retry-After"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description job_lost: the job was accepted but the queue lost it before it ran; not charged. Send the request again (same Idempotency-Key). Codes: job_lost. */
+        Gone: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
@@ -4491,7 +4636,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description A dependency (Redis, Postgres, a tool upstream) is unavailable; nothing was charged. Codes: tool_unavailable, service_unavailable, topup_unavailable. */
+        /** @description A dependency (Redis, Postgres, a tool upstream) is unavailable; nothing was charged. Codes: tool_unavailable, service_unavailable, topup_unavailable, payments_unavailable. */
         ServiceUnavailable: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4640,6 +4785,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            410: components["responses"]["Gone"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["Unprocessable"];
@@ -4870,6 +5016,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            410: components["responses"]["Gone"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["Unprocessable"];
@@ -5802,6 +5949,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            410: components["responses"]["Gone"];
             422: components["responses"]["Unprocessable"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
@@ -5919,6 +6067,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            410: components["responses"]["Gone"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -7454,6 +7603,133 @@ export interface operations {
             402: components["responses"]["PaymentRequired"];
             403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["UpstreamError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    openCardCheckout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CheckoutRequest"];
+            };
+        };
+        responses: {
+            /** @description The Checkout page to send the customer to. */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CheckoutOpened"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["UpstreamError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    subscribeToPlan: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SubscribeRequest"];
+            };
+        };
+        responses: {
+            /** @description The Checkout page to send the customer to. */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PlanCheckoutOpened"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["UpstreamError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    openBillingPortal: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The portal page. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BillingPortal"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["UpstreamError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    stripeWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Received. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StripeWebhookAck"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
             500: components["responses"]["InternalError"];
             502: components["responses"]["UpstreamError"];
             503: components["responses"]["ServiceUnavailable"];

@@ -73,7 +73,7 @@ export async function sendIdempotent(
 }
 
 /** What a call can be answered with besides its result (401, 429, 500 and 503 come with every keyed route). */
-export const CALL_ERRORS: ErrorStatus[] = ['400', '402', '403', '404', '409', '413', '415', '422', '502', '504'];
+export const CALL_ERRORS: ErrorStatus[] = ['400', '402', '403', '404', '409', '410', '413', '415', '422', '502', '504'];
 
 /** Headers of a call's 200: its job, a replay, the key's rate limit and, paid per call, the settlement. */
 export function callHeaders(x402: boolean): HeaderName[] {
@@ -190,6 +190,7 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
             callbackUrl: callback?.url,
             rateLimit: rate,
           }),
+          getTool(req.params.name),
         ),
       );
     } catch (e) {
@@ -227,12 +228,12 @@ export async function callRoutes(app: FastifyInstance): Promise<void> {
     description:
       `${ENDPOINTS['GET /jobs/{id}']}. While it runs: 200 with status queued or running (a chain or parallel root also gives mode and steps). ` +
       'Completed: 200 with the body the synchronous call would have had. Failed or cancelled: the error it ended with, at its own status, ' +
-      'with job_id. A job sent with a Callback-Url also carries `webhook` (in `error` when it failed). A job of another key: 404.',
+      'with job_id. Lost (accepted, then lost by the queue before it ran): 410 job_lost, never 404. A job sent with a Callback-Url also carries `webhook` (in `error` when it failed). A job of another key: 404.',
     params: JobIdParams,
     response: {
       '200': ok(JobStatusSchema, 'Queued or running, or completed with its body.', { headers: RATE_LIMIT }),
       // A failed or cancelled job answers with its own error: any a running call can end with.
-      ...errors(['400', '403', '404', '409', '422', '502', '504']),
+      ...errors(['400', '403', '404', '409', '410', '422', '502', '504']),
     },
   } satisfies RouteSchema;
   typed(app).get('/jobs/:id', { schema: statusSchema }, async (req, reply) => {

@@ -252,6 +252,7 @@ export function responses(): Record<string, unknown> {
     Forbidden: errorResponse(403, 'Not allowed for this key (plan, sub-key or key type).'),
     NotFound: errorResponse(404, 'No such tool, route, job or sub-key.'),
     Conflict: errorResponse(409, 'The Idempotency-Key is in use by a request still running.', { 'Retry-After': ref('headers', 'Retry-After') }),
+    Gone: errorResponse(410, 'job_lost: the job was accepted but the queue lost it before it ran; not charged. Send the request again (same Idempotency-Key).'),
     PayloadTooLarge: errorResponse(413, 'The body is over BODY_LIMIT.'),
     UnsupportedMediaType: errorResponse(415, 'Send the body as application/json.'),
     Unprocessable: errorResponse(422, 'The tool ran and failed, passed a limit, or the Idempotency-Key was reused with another body.'),

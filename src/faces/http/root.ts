@@ -121,7 +121,12 @@ export async function rootRoutes(app: FastifyInstance): Promise<void> {
     try {
       if (request.stream)
         return await startEventStream(app, req, reply, caller, (track) => protocol.start(caller, request, { ...opts, onJobId: onJobId(track) }));
-      return await sendIdempotent(req, reply, caller, (track) => protocol.answer(caller, request, { ...opts, onJobId: onJobId(track) }));
+      // A request with a sensitive step is kept under an Idempotency-Key by reference to its root job.
+      const byReference = tools().some((t) => t.sensitive);
+      return await sendIdempotent(req, reply, caller, async (track) => ({
+        ...(await protocol.answer(caller, request, { ...opts, onJobId: onJobId(track) })),
+        ...(byReference ? { byReference } : {}),
+      }));
     } finally {
       await callback?.done();
     }

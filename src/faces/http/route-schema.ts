@@ -56,6 +56,7 @@ export const ERROR_RESPONSES = {
   '403': 'Forbidden',
   '404': 'NotFound',
   '409': 'Conflict',
+  '410': 'Gone',
   '413': 'PayloadTooLarge',
   '415': 'UnsupportedMediaType',
   '422': 'Unprocessable',

@@ -5,6 +5,7 @@ import { AdminService } from '../../ops/admin.js';
 import { PLAN_RPM } from '../../access/rate-limit.js';
 import { PLANS, type Plan } from '../../tools/types.js';
 import { findPartnerByCode, PartnerCode } from '../../money/partners.js';
+import { PAID_PLANS, planCredits, pricedPlans } from '../../pay/card/client.js';
 import { baseUrl } from './meta.js';
 import { escapeHtml, throttlePerAddress } from './browser-pages.js';
 import { errors, input, named, ok, type RouteSchema } from './route-schema.js';
@@ -64,6 +65,15 @@ const SubscribePageSchema = named(
       .nullable()
       .describe('Whether the attribution_code will be recorded (never whose it is); null without a code.'),
     topup: z.string().describe('How to buy credits.'),
+    card: z
+      .object({
+        enabled: z.boolean().describe('Whether card payments are configured (STRIPE_SECRET_KEY).'),
+        plans: z
+          .array(z.object({ plan: z.enum(PAID_PLANS), monthly_credits: z.number().int().describe('Credits (cents) granted with each paid invoice.') }))
+          .describe('The paid plans sold by subscription (those with a STRIPE_PRICE_<PLAN>).'),
+        how: z.string(),
+      })
+      .describe('Card payments: top-ups and plan subscriptions through Stripe Checkout.'),
   }),
 );
 
@@ -139,8 +149,26 @@ export async function signupRoutes(app: FastifyInstance): Promise<void> {
           }
         : null;
       const topup = `Then top up credits with POST ${base}/credits/topup {"cents": n} (${config.TOPUP_MIN_CENTS} to ${config.TOPUP_MAX_CENTS}), paid with x402 (USDC).`;
-      if (wantsJson(req)) return { plans, signup, attribution, topup };
+      const cardOn = Boolean(config.STRIPE_SECRET_KEY);
+      // The example names a plan that is sold by card here, if any is.
+      const card0 = cardOn ? pricedPlans(config)[0] : undefined;
+      const card = {
+        enabled: cardOn,
+        plans: cardOn ? pricedPlans(config).map((p) => ({ plan: p, monthly_credits: planCredits(config, p) })) : [],
+        how: cardOn
+          ? `With your key: ${card0 ? `POST ${base}/billing/subscribe {"plan": "${card0}"} opens a Stripe Checkout page for a plan; ` : ''}POST ${base}/credits/checkout {"cents": n} ` +
+            `(${config.CHECKOUT_MIN_CENTS} to ${config.CHECKOUT_MAX_CENTS}) for credits by card; POST ${base}/billing/portal manages card, invoices and plan. ` +
+            'An upgrade applies at once; a downgrade or cancellation at the end of the paid period.'
+          : 'Card payments are not offered on this service.',
+      };
+      if (wantsJson(req)) return { plans, signup, attribution, topup, card };
       const e = escapeHtml;
+      // Without Stripe the page is as it was: card payments are not mentioned.
+      const cardHtml = card.enabled
+        ? `<h2>Pay by card</h2>
+${card.plans.length ? `<ul>\n${card.plans.map((p) => `<li><strong>${e(p.plan)}</strong> by subscription: ${p.monthly_credits} credits (cents) with each paid invoice</li>`).join('\n')}\n</ul>\n` : ''}<p>${e(card.how)}</p>
+`
+        : '';
       const html = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Subscribe to Tollgate</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"></head>
@@ -155,7 +183,7 @@ ${plans.map((p) => `<li><strong>${e(p.plan)}</strong> (${p.requests_per_minute} 
 <p>${e(signup.how)}</p>
 ${signup.example ? `<pre>${e(signup.example)}</pre>` : ''}
 <p>${e(topup)}</p>
-</body></html>
+${cardHtml}</body></html>
 `;
       return reply.type('text/html; charset=utf-8').send(html);
     },

@@ -212,7 +212,7 @@ export async function streamRoutes(app: FastifyInstance): Promise<void> {
         headers: ['X-Job-Id', ...RATE_LIMIT],
       },
       '204': empty('The stream had already ended (Last-Event-ID at its end).'),
-      ...errors(['404']),
+      ...errors(['404', '410']),
     },
   } satisfies RouteSchema;
   typed(app).get('/jobs/:id/events', { schema: eventsSchema }, async (req, reply) => {

@@ -1,11 +1,13 @@
 import {
   BaseError,
   ContractFunctionRevertedError,
+  TransactionReceiptNotFoundError,
   createPublicClient,
   createWalletClient,
   defineChain,
   http,
   parseSignature,
+  toEventSelector,
   type Chain,
   type PublicClient,
   type WalletClient,
@@ -14,7 +16,19 @@ import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import type { Config } from '../../config.js';
 import type { PaymentPayload } from './payload.js';
 import { networkProfile, type NetworkProfile, type PaymentRequirements } from './requirements.js';
-import { INSUFFICIENT_FUNDS, NONCE_USED_ON_CHAIN, SettlerStartupError, type PaymentSettler, type SettleResult, type VerifyResult } from './settle-types.js';
+import {
+  INSUFFICIENT_FUNDS,
+  NONCE_USED_ON_CHAIN,
+  RPC_UNREACHABLE,
+  SETTLEMENT_UNCONFIRMED,
+  SettlerStartupError,
+  type PaymentSettler,
+  type SettleHooks,
+  type SettleResult,
+  type SettlementLookup,
+  type SettlementState,
+  type VerifyResult,
+} from './settle-types.js';
 
 /** What the service reads from and calls on an EIP-3009 token (USDC's FiatToken v2 signatures). */
 export const EIP3009_ABI = [
@@ -46,15 +60,102 @@ export const EIP3009_ABI = [
     ],
     outputs: [],
   },
+  {
+    type: 'event',
+    name: 'AuthorizationUsed',
+    inputs: [
+      { name: 'authorizer', type: 'address', indexed: true },
+      { name: 'nonce', type: 'bytes32', indexed: true },
+    ],
+  },
 ] as const;
 
 /** errorReason / invalidReason values of self-settlement. */
-export const RPC_UNREACHABLE = 'rpc_unreachable';
 export const TRANSACTION_REVERTED = 'transaction_reverted';
-export const SETTLEMENT_UNCONFIRMED = 'settlement_unconfirmed';
 
 /** Chain reads before a call must not hold it up for long; a slow node is treated as unreachable. */
 const READ_TIMEOUT_MS = 10_000;
+
+/**
+ * How far back (in blocks) a transfer of a used nonce is searched for when no transaction of it was
+ * recorded: about 5.5 hours on Base (2 s blocks), far more than the reconciler's grace period, and
+ * within the log range public RPC endpoints accept in one request.
+ */
+export const LOG_LOOKBACK_BLOCKS = 10_000n;
+
+/** The viem chain for X402_NETWORK (its id from X402_CHAIN_ID when set) at `rpc`. */
+function chainAt(profile: NetworkProfile, rpc: string): Chain {
+  return defineChain({
+    id: profile.chainId,
+    name: profile.network,
+    nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
+    rpcUrls: { default: { http: [rpc] } },
+  });
+}
+
+/**
+ * Reads what became of an authorization (the payment reconciler's question): the receipt of a
+ * transaction recorded for it, else the token's `authorizationState(authorizer, nonce)` and, for a
+ * used nonce, the `AuthorizationUsed` event that names the transfer. Read-only: no key.
+ */
+export class ChainLookup implements SettlementLookup {
+  private readonly profile: NetworkProfile;
+  private readonly reader: PublicClient;
+
+  /** `rpc`: a JSON-RPC endpoint of X402_NETWORK's chain (the settler passes its own client instead). */
+  constructor(config: Config, rpc: string | PublicClient) {
+    this.reader =
+      typeof rpc === 'string'
+        ? createPublicClient({ chain: chainAt(networkProfile(config), rpc), transport: http(rpc, { timeout: READ_TIMEOUT_MS, retryCount: 1 }) })
+        : rpc;
+    this.profile = networkProfile(config);
+  }
+
+  async settlementOf(payment: PaymentPayload, transaction?: string | null): Promise<SettlementState> {
+    const auth = payment.payload.authorization;
+    const from = auth.from as `0x${string}`;
+    const nonce = auth.nonce as `0x${string}`;
+    if (transaction) {
+      const receipt = await this.reader.getTransactionReceipt({ hash: transaction as `0x${string}` }).catch((e: unknown) => {
+        // Not mined (yet, or dropped): the nonce's state below decides.
+        if (e instanceof BaseError && e.walk((err) => err instanceof TransactionReceiptNotFoundError)) return null;
+        throw e;
+      });
+      if (receipt?.status === 'success' && this.transfers(receipt.logs, from, nonce)) return { state: 'settled', transaction: receipt.transactionHash };
+    }
+    const used = await this.reader.readContract({ address: this.profile.asset, abi: EIP3009_ABI, functionName: 'authorizationState', args: [from, nonce] });
+    if (!used) {
+      // A transfer is valid while the block's time is before validBefore; every later block is later still.
+      const latest = await this.reader.getBlock({ blockTag: 'latest' });
+      return { state: 'open', expired: latest.timestamp >= BigInt(auth.validBefore) };
+    }
+    const head = await this.reader.getBlockNumber();
+    const logs = await this.reader.getLogs({
+      address: this.profile.asset,
+      event: AUTHORIZATION_USED,
+      args: { authorizer: from, nonce },
+      fromBlock: head > LOG_LOOKBACK_BLOCKS ? head - LOG_LOOKBACK_BLOCKS : 0n,
+      toBlock: head,
+    });
+    const found = logs.find((l) => l.transactionHash);
+    return found ? { state: 'settled', transaction: found.transactionHash! } : { state: 'used' };
+  }
+
+  /** Whether a receipt's logs hold this token's AuthorizationUsed(from, nonce). */
+  private transfers(logs: readonly { address: string; topics: readonly string[] }[], from: string, nonce: string): boolean {
+    const topic = (v: string) => `0x${v.slice(2).toLowerCase().padStart(64, '0')}`;
+    return logs.some(
+      (l) =>
+        l.address.toLowerCase() === this.profile.asset.toLowerCase() &&
+        l.topics[0] === AUTHORIZATION_USED_TOPIC &&
+        l.topics[1]?.toLowerCase() === topic(from) &&
+        l.topics[2]?.toLowerCase() === topic(nonce),
+    );
+  }
+}
+
+const AUTHORIZATION_USED = EIP3009_ABI[3];
+const AUTHORIZATION_USED_TOPIC = toEventSelector(AUTHORIZATION_USED);
 
 /**
  * Self-settlement (X402_RPC_URL + X402_SETTLER_PRIVATE_KEY): the service is its own facilitator.
@@ -72,21 +173,19 @@ export class ChainSettler implements PaymentSettler {
   private readonly reader: PublicClient;
   private readonly writer: WalletClient;
   private submitting: Promise<unknown> = Promise.resolve();
+  /** Reads what became of a payment through the same client (the payment reconciler). */
+  readonly lookup: ChainLookup;
 
   constructor(private readonly config: Config) {
     this.profile = networkProfile(config);
     const rpc = config.X402_RPC_URL!;
-    this.chain = defineChain({
-      id: this.profile.chainId,
-      name: this.profile.network,
-      nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
-      rpcUrls: { default: { http: [rpc] } },
-    });
+    this.chain = chainAt(this.profile, rpc);
     // The key stays inside the account object: never logged, never in an error message.
     this.account = privateKeyToAccount(config.X402_SETTLER_PRIVATE_KEY as `0x${string}`);
     const transport = http(rpc, { timeout: READ_TIMEOUT_MS, retryCount: 1 });
     this.reader = createPublicClient({ chain: this.chain, transport });
     this.writer = createWalletClient({ chain: this.chain, transport, account: this.account });
+    this.lookup = new ChainLookup(config, this.reader);
   }
 
   /** The chain must be the one X402_NETWORK names, hold the token, and the settler must have gas. */
@@ -136,7 +235,7 @@ export class ChainSettler implements PaymentSettler {
     return { isValid: true, payer: auth.from };
   }
 
-  async settle(payment: PaymentPayload, _requirements: PaymentRequirements): Promise<SettleResult> {
+  async settle(payment: PaymentPayload, _requirements: PaymentRequirements, _v2?: unknown, hooks?: SettleHooks): Promise<SettleResult> {
     const auth = payment.payload.authorization;
     const failed = (errorReason: string, transaction = ''): SettleResult => ({
       success: false,
@@ -176,6 +275,8 @@ export class ChainSettler implements PaymentSettler {
     } catch (e) {
       return failed(revertReason(e) ?? RPC_UNREACHABLE);
     }
+    // Recorded before waiting: should this process die now, the receipt tells the reconciler what happened.
+    await hooks?.submitted?.(hash);
     try {
       const receipt = await this.reader.waitForTransactionReceipt({
         hash,

@@ -16,20 +16,35 @@ import {
   FACILITATOR_UNREACHABLE,
   INSUFFICIENT_FUNDS,
   NONCE_USED_ON_CHAIN,
+  RPC_UNREACHABLE,
+  SETTLEMENT_UNCONFIRMED,
   paymentResponseHeaders,
   type PaymentSettler,
   type SettleResult,
 } from './settler.js';
-import { listAwaitingSettlement, markAwaitingSettlement, markFailed, markSettled, reserveNonce } from './store.js';
+import {
+  findPayment,
+  listAwaitingSettlement,
+  markAwaitingSettlement,
+  markFailed,
+  markSettled,
+  markSettling,
+  recordSubmitted,
+  reserveNonce,
+  type PaidAnswer,
+  type SettlingInput,
+  type StoredPayment,
+} from './store.js';
 import { verifyPayment } from './verify.js';
 
 /**
  * A paid call's payment, in three steps the route takes around running the tool:
  *   admitPayment    decode (v1 or v2), verify offline, reserve the nonce, check funds (facilitator
  *                   /verify or the chain; deferred: the per-payer cap instead)
- *   completePayment after the tool succeeded: settle, then return the payment response headers
+ *   completePayment after the tool succeeded: keep the answer, settle, then return the payment response headers
  *   abandonPayment  after the tool failed: record it, charge nothing
  * Every refusal is an AppError; payment refusals carry fresh requirements and the payment headers.
+ * A payment left 'reserved' by a crash is completed or released by the payment reconciler (reconcile.ts).
  */
 
 export interface X402Deps {
@@ -58,7 +73,7 @@ export interface AdmittedPayment {
 
 /** Answers we could not get, as opposed to refusals of the payment. */
 function isOurFault(reason: string | undefined): boolean {
-  return reason === FACILITATOR_UNREACHABLE || reason === FACILITATOR_BAD_RESPONSE || reason === 'rpc_unreachable';
+  return reason === FACILITATOR_UNREACHABLE || reason === FACILITATOR_BAD_RESPONSE || reason === RPC_UNREACHABLE;
 }
 
 function checker(deps: X402Deps): string {
@@ -95,6 +110,24 @@ export async function admitPayment(
   call: PaidCall,
   now: Date = new Date(),
 ): Promise<AdmittedPayment> {
+  const out = await admitOrReplay(deps, headers, call, undefined, now);
+  if ('replay' in out) throw new Error('admitPayment: no replay without a request fingerprint');
+  return out;
+}
+
+/**
+ * admitPayment for a request that can be answered again: a payment already used for this same
+ * request (`fingerprint`) whose settlement went through (the API died before answering, and the
+ * reconciler completed it) is answered with its stored answer and its settlement's payment response
+ * headers, instead of 402 payment_already_used. While that settlement is still open: 409, retry.
+ */
+export async function admitOrReplay(
+  deps: X402Deps,
+  headers: PaymentHeaders | string | string[] | undefined,
+  call: PaidCall,
+  fingerprint: string | undefined,
+  now: Date = new Date(),
+): Promise<AdmittedPayment | { replay: PaidAnswer }> {
   const requirements = paymentRequirements(deps.config, call);
   try {
     const decoded = decodePayment(typeof headers === 'object' && !Array.isArray(headers) ? headers : { xPayment: headers });
@@ -105,7 +138,21 @@ export async function admitPayment(
     // concurrent copies never both reach the facilitator or the chain. Deferred payments are capped
     // per payer in the same statement, since nothing checks their funds.
     const deferredCapAtomic = deps.settler.mode === 'deferred' ? BigInt(deps.config.X402_DEFERRED_MAX_CENTS) * ATOMIC_UNITS_PER_CENT : undefined;
-    const id = await reserveNonce(deps.db, { payment, requirements, verified, tool: call.tool, version: decoded.version, deferredCapAtomic });
+    let id: string;
+    try {
+      id = await reserveNonce(deps.db, { payment, requirements, verified, tool: call.tool, version: decoded.version, deferredCapAtomic });
+    } catch (e) {
+      if (fingerprint === undefined || !(e instanceof AppError) || e.code !== 'payment_already_used') throw e;
+      const prior = await findPayment(deps.db, {
+        chainId: verified.profile.chainId,
+        asset: verified.profile.asset,
+        payer: verified.payer,
+        nonce: verified.nonce,
+      });
+      const replay = prior && replayOf(deps, prior, fingerprint);
+      if (replay) return { replay };
+      throw e;
+    }
     const check = await deps.settler.verify(payment, requirements, decoded.v2);
     if (!check.isValid) {
       await markFailed(deps.db, id, `verify: ${check.invalidReason ?? 'refused'}`);
@@ -147,12 +194,70 @@ export async function admitPayment(
 }
 
 /**
- * Settles an admitted payment once the tool has produced its result. On failure the result must not
- * be returned: the error says so and nothing is charged.
+ * The answer for a retry of a used payment, when it is the same request and its settlement went
+ * through; throws 409 while that settlement is still open; undefined otherwise (the payment is used).
  */
-export async function completePayment(deps: X402Deps, admitted: AdmittedPayment): Promise<{ settlement: SettleResult; headers: Record<string, string> }> {
-  const result = await deps.settler.settle(admitted.payment, admitted.requirements, admitted.v2);
+function replayOf(deps: X402Deps, prior: StoredPayment, fingerprint: string): PaidAnswer | undefined {
+  if (!prior.answer || prior.request_fingerprint !== fingerprint) return undefined;
+  if (prior.status === 'reserved' && prior.settling) {
+    throw new AppError(
+      'idempotency_in_progress',
+      'The call this payment paid for ran and its settlement is not confirmed yet; retry with the same payment shortly for its answer. ' +
+        'It is charged only if the settlement goes through.',
+      { retry_after: 5 },
+      { headers: { 'retry-after': '5' } },
+    );
+  }
+  if (prior.status !== 'settled' && prior.status !== 'awaiting_settlement') return undefined;
+  const settlement: SettleResult = {
+    success: true,
+    transaction: prior.tx_hash ?? '',
+    network: prior.network,
+    payer: prior.payment_payload.payload.authorization.from,
+  };
+  const { status, body, headers } = prior.answer;
+  return { status, body, headers: { ...headers, ...paymentResponseHeaders(settlement, networkProfile(deps.config).caip2) } };
+}
+
+/**
+ * Settles an admitted payment once the tool has produced its result. First the answer is kept with
+ * the payment (`settling`): from the moment the settlement is attempted, a crash leaves a row the
+ * reconciler can complete and a retry can be answered from. On failure the result must not be
+ * returned: the error says so and nothing is charged.
+ */
+export async function completePayment(
+  deps: X402Deps,
+  admitted: AdmittedPayment,
+  settling: SettlingInput = {},
+): Promise<{ settlement: SettleResult; headers: Record<string, string> }> {
+  if (!(await markSettling(deps.db, admitted.id, settling))) {
+    // The reconciler released it (a call that outlived X402_RECONCILE_GRACE_SECONDS): never settle it now.
+    throw paymentError(
+      deps.config,
+      admitted.call,
+      'payment_invalid',
+      'This payment was released before its call finished, so the result is withheld and nothing was charged. Sign a new payment and retry.',
+      { reason: 'payment_released' },
+    );
+  }
+  const result = await deps.settler.settle(admitted.payment, admitted.requirements, admitted.v2, {
+    submitted: (tx) =>
+      recordSubmitted(deps.db, admitted.id, tx).catch((e: unknown) => {
+        deps.log?.error({ err: e, paymentId: admitted.id }, 'x402: recording a sent settlement failed; the reconciler will find it by its nonce');
+      }),
+  });
   const caip2 = networkProfile(deps.config).caip2;
+  if (!result.success && result.errorReason === SETTLEMENT_UNCONFIRMED) {
+    // Sent, not confirmed in time: it may still be mined. The row stays reserved (with its
+    // transaction) for the reconciler, which completes it if the transfer went through.
+    throw new AppError(
+      'upstream_error',
+      `The settlement transaction ${result.transaction} was sent but not confirmed in time, so the result is withheld for now. ` +
+        'Retry with the same payment in a minute: once the transfer is confirmed that retry gets the result; if it never goes through, nothing is charged.',
+      { reason: SETTLEMENT_UNCONFIRMED, transaction: result.transaction },
+      { retryable: false, headers: paymentResponseHeaders(result, caip2) },
+    );
+  }
   if (!result.success) {
     const tx = result.transaction ? ` (transaction ${result.transaction})` : '';
     await markFailed(deps.db, admitted.id, `settle: ${result.errorReason ?? 'failed'}${tx}`, result.transaction || undefined);
@@ -180,7 +285,7 @@ export async function completePayment(deps: X402Deps, admitted: AdmittedPayment)
     else await markSettled(deps.db, admitted.id, result.transaction);
   } catch (e) {
     // The money has moved (or is promised): the caller gets the result even if recording it failed.
-    // The row stays 'reserved', which an operator can reconcile.
+    // The row stays 'reserved' with its answer, and the reconciler completes it.
     deps.log?.error({ err: e, paymentId: admitted.id }, 'x402: recording a settled payment failed');
   }
   return { settlement: result, headers: paymentResponseHeaders(result, caip2) };

@@ -15,3 +15,4 @@ export * from './settler.js';
 export * from './store.js';
 export * from './flow.js';
 export * from './payment-identifier.js';
+export * from './reconcile.js';

@@ -92,6 +92,54 @@ async function insertPayment(db: CommonQueryMethods, input: ReserveInput): Promi
   return row.id;
 }
 
+/** The answer a payment buys, as a retry of the same request is answered with it. */
+export interface PaidAnswer {
+  status: number;
+  headers: Record<string, string>;
+  body: unknown;
+}
+
+export interface SettlingInput {
+  /** What the payment pays for (absent for top-ups: their credit is written from the settled row). */
+  answer?: PaidAnswer;
+  /** The request's idempotency fingerprint: a retry must repeat it to be answered. */
+  fingerprint?: string;
+  /** The first job the payment paid for (the ledger entry's key). */
+  jobId?: string;
+}
+
+/**
+ * Settlement is about to be attempted: from here the money may move, so the answer it pays for is
+ * kept first. Compare-and-set from 'reserved' with no settlement started: false when the row was
+ * released meanwhile (the reconciler decided), and then nothing must be settled.
+ */
+export async function markSettling(db: CommonQueryMethods, id: string, input: SettlingInput = {}): Promise<boolean> {
+  const row = await db.maybeOne(sql.type(IdRow)`
+    UPDATE x402_payments
+    SET settling_at = now(), answer = ${input.answer ? sql.jsonb(input.answer as unknown as SerializableValue) : null},
+        request_fingerprint = ${input.fingerprint ?? null}, job_id = ${input.jobId ?? null}
+    WHERE id = ${id} AND status = 'reserved' AND settling_at IS NULL
+    RETURNING id`);
+  return row !== null;
+}
+
+/** The settlement's transaction was sent (not yet mined): its receipt will say what happened. */
+export async function recordSubmitted(db: CommonQueryMethods, id: string, txHash: string): Promise<void> {
+  await db.query(sql.unsafe`UPDATE x402_payments SET tx_hash = ${txHash.toLowerCase()} WHERE id = ${id} AND status = 'reserved'`);
+}
+
+/**
+ * Released without a settlement ever being attempted (the reconciler, after a crash before
+ * settlement). Compare-and-set against markSettling: of the two, exactly one wins.
+ */
+export async function releaseUnsettled(db: CommonQueryMethods, id: string, error: string): Promise<boolean> {
+  const row = await db.maybeOne(sql.type(IdRow)`
+    UPDATE x402_payments SET status = 'failed', error = ${error.slice(0, 500)}
+    WHERE id = ${id} AND status = 'reserved' AND settling_at IS NULL
+    RETURNING id`);
+  return row !== null;
+}
+
 /** Settled on chain. Also accepts rows an operator settled after they waited for settlement. */
 export async function markSettled(db: CommonQueryMethods, id: string, txHash: string): Promise<boolean> {
   const row = await db.maybeOne(sql.type(IdRow)`
@@ -173,4 +221,87 @@ export function exportLine(p: AwaitingPayment, now: Date = new Date()): string {
 export async function exportAwaitingSettlement(db: CommonQueryMethods, now: Date = new Date()): Promise<string> {
   const rows = await listAwaitingSettlement(db, { limit: 100_000 });
   return rows.map((r) => exportLine(r, now) + '\n').join('');
+}
+
+export const StoredPaymentSchema = z.object({
+  id: z.string().uuid(),
+  status: z.enum(PAYMENT_STATUSES),
+  payer: z.string(),
+  nonce: z.string(),
+  network: z.string(),
+  value_atomic: z.string(),
+  tool: z.string(),
+  valid_before: z.string(),
+  account_id: z.string().nullable(),
+  tx_hash: z.string().nullable(),
+  settling: z.boolean(),
+  answer: z.object({ status: z.number().int(), headers: z.record(z.string()), body: z.unknown() }).nullable(),
+  request_fingerprint: z.string().nullable(),
+  job_id: z.string().nullable(),
+  /** Microsecond precision (a page's cursor). */
+  created_at: z.string(),
+  payment_payload: PaymentPayloadSchema,
+  payment_requirements: PaymentRequirementsSchema,
+});
+export type StoredPayment = z.infer<typeof StoredPaymentSchema>;
+
+const STORED_COLUMNS = sql.fragment`
+  id, status, payer, nonce, network, value_atomic::text AS value_atomic, tool, valid_before::text AS valid_before,
+  account_id, tx_hash, settling_at IS NOT NULL AS settling, answer, request_fingerprint, job_id,
+  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at, payment_payload, payment_requirements`;
+
+/** The row of one authorization (the unique key a reservation conflicts on), or null. */
+export async function findPayment(
+  db: CommonQueryMethods,
+  key: { chainId: number; asset: string; payer: string; nonce: string },
+): Promise<StoredPayment | null> {
+  const row = await db.maybeOne(sql.type(StoredPaymentSchema)`
+    SELECT ${STORED_COLUMNS} FROM x402_payments
+    WHERE chain_id = ${key.chainId} AND asset = ${key.asset.toLowerCase()} AND payer = ${key.payer.toLowerCase()} AND nonce = ${key.nonce.toLowerCase()}`);
+  return row ? StoredPaymentSchema.parse(row) : null;
+}
+
+export async function getPayment(db: CommonQueryMethods, id: string): Promise<StoredPayment | null> {
+  const row = await db.maybeOne(sql.type(StoredPaymentSchema)`SELECT ${STORED_COLUMNS} FROM x402_payments WHERE id = ${id}`);
+  return row ? StoredPaymentSchema.parse(row) : null;
+}
+
+/**
+ * Payments still 'reserved' that were reserved more than `graceSeconds` ago and carry no operator
+ * note, oldest first, a page after `after`: more than any live request holds one, so whoever reserved
+ * them is gone. Served by the partial index on reserved rows (migrations/020), whatever the statistics.
+ */
+export async function listStaleReserved(
+  db: CommonQueryMethods,
+  graceSeconds: number,
+  opts: { after?: Pick<StoredPayment, 'created_at' | 'id'>; limit?: number } = {},
+): Promise<StoredPayment[]> {
+  const { after, limit = 100 } = opts;
+  const rows = await db.any(sql.type(StoredPaymentSchema)`
+    SELECT ${STORED_COLUMNS} FROM x402_payments
+    WHERE status = 'reserved' AND created_at < now() - make_interval(secs => ${graceSeconds}) AND error IS NULL
+      ${after ? sql.fragment`AND (created_at, id) > (${after.created_at}::timestamptz, ${after.id}::uuid)` : sql.fragment``}
+    ORDER BY created_at, id
+    LIMIT ${limit}`);
+  return rows.map((r) => StoredPaymentSchema.parse(r));
+}
+
+/** The ledger key of a call paid per call: one entry per payment, whoever writes it. */
+export function paidCallEntryKey(paymentId: string, jobId: string | null | undefined): string {
+  return `x402:${paymentId}:${jobId ?? ''}`;
+}
+
+/**
+ * A call paid per call in the ledger under the payer's address, once its payment is settled (or
+ * recorded for the operator to settle). Keyed by payment, so the API and the reconciler can both
+ * write it and it is written once.
+ */
+export async function recordPaidCall(
+  db: CommonQueryMethods,
+  entry: { paymentId: string; jobId: string | null | undefined; tool: string; priceCents: number; payer: string },
+): Promise<void> {
+  await db.query(sql.unsafe`
+    INSERT INTO ledger (entry_key, account_id, kind, tool, delta_cents, payer)
+    VALUES (${paidCallEntryKey(entry.paymentId, entry.jobId)}, NULL, 'payment', ${entry.tool}, ${-entry.priceCents}, ${entry.payer})
+    ON CONFLICT (entry_key) DO NOTHING`);
 }

@@ -130,6 +130,8 @@ export const passportStore = defineTool({
   ],
   // Writes account state (put, delete): not read-only for MCP, and not sold per call to x402 payers, who have no account.
   sideEffects: true,
+  // put's input and get's answer are a passport's content.
+  sensitive: true,
   handler: async (input, ctx): Promise<z.infer<typeof StoreOutput>> => {
     const pp = passportsOf(ctx);
     const action = input.action ?? (input.content !== undefined ? 'put' : 'list');
@@ -189,6 +191,8 @@ export const passportSend = defineTool({
   // "self" makes the example runnable by any key: a real recipient's key id is per account.
   examples: [{ to: SELF, content: 'Brief for the next session: the billing fix is merged; deploy on Monday.', ttl_s: 3600 }],
   sideEffects: true,
+  // New content is a passport's content.
+  sensitive: true,
   handler: async (input, ctx): Promise<z.infer<typeof SendOutput>> => passportsOf(ctx).send(input),
 });
 

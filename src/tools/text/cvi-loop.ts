@@ -12,8 +12,10 @@ import { ClaimResult, MAX_SOURCES, normaliseSources, SourceSchema, type Source }
  * (round, failing claims, sources) sits in ctx.store for 24 h from the last round, per account: another
  * account's loop_id is 404 not_found.
  * Not isolated: the store lives on the event loop; the round itself (cvi_verify's checks) runs in the
- * sandbox pool as the `cvi_round` task. Status: pass (every claim supported), stalled (the same claims
- * fail as last round), exhausted (max_rounds reached with claims failing), else revise.
+ * sandbox pool as the `cvi_round` task. Rounds of one loop run one at a time (a lock per loop in the
+ * store): two sent at once become consecutive rounds, each checked against the state the other left;
+ * rounds of different loops never wait for each other. Status: pass (every claim supported), stalled
+ * (the same claims fail as last round), exhausted (max_rounds reached with claims failing), else revise.
  */
 
 const TTL_SECONDS = 24 * 3600;
@@ -21,6 +23,12 @@ const MAX_DRAFT_CHARS = 100_000;
 const MAX_SOURCE_CHARS = 300_000;
 /** Sources are kept with the loop when their JSON is this small (the store holds 256 KiB per key). */
 const STORED_SOURCES_BYTES = 200_000;
+/**
+ * A loop's lock: held by its round (whose pool work stops at the tool's 15 s limit) and freed when the
+ * round ends, or after LOCK_HOLD_MS if its worker died. A round waits at most LOCK_WAIT_MS for it.
+ */
+const LOCK_HOLD_MS = 30_000;
+const LOCK_WAIT_MS = 20_000;
 
 const Input = z
   .object({
@@ -106,65 +114,80 @@ export const cviLoop = defineTool({
   handler: async (input, ctx) => {
     const store = ctx.store;
     if (!store) throw new AppError('tool_unavailable', 'cvi_loop keeps its rounds per account; this call has no account store');
-    let state: LoopState | null = null;
-    let loopId: string;
-    let sources: Source[];
-    if (input.loop_id) {
-      loopId = input.loop_id;
-      state = await store.get<LoopState>(`loop:${loopId}`);
-      if (!state) throw new AppError('not_found', `No loop ${loopId} for this account (loops last 24 h after their last round)`);
-      if (state.status === 'pass' || state.status === 'exhausted') {
-        throw new AppError('invalid_input', `Loop ${loopId} is finished (${state.status} at round ${state.round}); start a new loop`, {
-          issues: [{ path: ['loop_id'], message: state.status }],
-        });
+    const loopId = input.loop_id ?? startId(input.draft, normaliseSources(input.sources!), input.max_rounds);
+    // One round of a loop at a time: a second one waits for the first to keep its state, then runs on it.
+    const ran = await store.exclusive(`loop:${loopId}`, { holdMs: LOCK_HOLD_MS, waitMs: LOCK_WAIT_MS, signal: ctx.signal }, async () => {
+      let state: LoopState | null = null;
+      let sources: Source[];
+      if (input.loop_id) {
+        state = await store.get<LoopState>(`loop:${loopId}`);
+        if (!state) throw new AppError('not_found', `No loop ${loopId} for this account (loops last 24 h after their last round)`);
+        if (state.status === 'pass' || state.status === 'exhausted') {
+          throw new AppError('invalid_input', `Loop ${loopId} is finished (${state.status} at round ${state.round}); start a new loop`, {
+            issues: [{ path: ['loop_id'], message: state.status }],
+          });
+        }
+        if (input.sources) sources = normaliseSources(input.sources);
+        else if (state.sources) sources = state.sources;
+        else
+          throw new AppError('invalid_input', "This loop's sources were too large to keep: send sources with each round", {
+            issues: [{ path: ['sources'], message: 'required' }],
+          });
+      } else {
+        sources = normaliseSources(input.sources!);
       }
-      if (input.sources) sources = normaliseSources(input.sources);
-      else if (state.sources) sources = state.sources;
-      else
-        throw new AppError('invalid_input', "This loop's sources were too large to keep: send sources with each round", {
-          issues: [{ path: ['sources'], message: 'required' }],
-        });
-    } else {
-      sources = normaliseSources(input.sources!);
-      loopId = `cvi_${createHash('sha256')
-        .update(JSON.stringify([input.draft, sources, input.max_rounds]))
-        .digest('hex')
-        .slice(0, 20)}`;
-    }
-    const round = (state?.round ?? 0) + 1;
-    const maxRounds = state?.max_rounds ?? input.max_rounds;
-    await ctx.progress({ stage: 'verifying', done: 0, total: 1 });
-    const out = await runTask(ctx, 'cvi_round', { draft: input.draft, sources, previous_failing: state?.failing_keys ?? [] });
-    const same = state !== null && out.failing_keys.length > 0 && sameSet(out.failing_keys, state.failing_keys);
-    const status: LoopState['status'] = !out.failing.length ? 'pass' : same ? 'stalled' : round >= maxRounds ? 'exhausted' : 'revise';
-    const sourcesHash = createHash('sha256').update(JSON.stringify(sources)).digest('hex');
-    const keep = Buffer.byteLength(JSON.stringify(sources)) <= STORED_SOURCES_BYTES;
-    await store.set(
-      `loop:${loopId}`,
-      {
+      const round = (state?.round ?? 0) + 1;
+      const maxRounds = state?.max_rounds ?? input.max_rounds;
+      await ctx.progress({ stage: 'verifying', done: 0, total: 1 });
+      const out = await runTask(ctx, 'cvi_round', { draft: input.draft, sources, previous_failing: state?.failing_keys ?? [] });
+      const same = state !== null && out.failing_keys.length > 0 && sameSet(out.failing_keys, state.failing_keys);
+      const status: LoopState['status'] = !out.failing.length ? 'pass' : same ? 'stalled' : round >= maxRounds ? 'exhausted' : 'revise';
+      const sourcesHash = createHash('sha256').update(JSON.stringify(sources)).digest('hex');
+      const keep = Buffer.byteLength(JSON.stringify(sources)) <= STORED_SOURCES_BYTES;
+      await store.set(
+        `loop:${loopId}`,
+        {
+          round,
+          max_rounds: maxRounds,
+          failing_keys: out.failing_keys,
+          failing_claims: out.failing.map((r) => r.claim),
+          status,
+          sources: keep ? sources : null,
+          sources_hash: sourcesHash,
+        } satisfies LoopState,
+        TTL_SECONDS,
+      );
+      await ctx.progress({ stage: 'verifying', done: 1, total: 1 });
+      return {
+        loop_id: loopId,
         round,
         max_rounds: maxRounds,
-        failing_keys: out.failing_keys,
-        failing_claims: out.failing.map((r) => r.claim),
         status,
-        sources: keep ? sources : null,
-        sources_hash: sourcesHash,
-      } satisfies LoopState,
-      TTL_SECONDS,
-    );
-    await ctx.progress({ stage: 'verifying', done: 1, total: 1 });
-    return {
-      loop_id: loopId,
-      round,
-      max_rounds: maxRounds,
-      status,
-      failing: out.failing,
-      fixed_since_last: out.fixed_since_last.map((k) => state!.failing_claims[state!.failing_keys.indexOf(k)] ?? k),
-      claims: out.results.length,
-      supported: out.results.length - out.failing.length,
-    };
+        failing: out.failing,
+        fixed_since_last: out.fixed_since_last.map((k) => state!.failing_claims[state!.failing_keys.indexOf(k)] ?? k),
+        claims: out.results.length,
+        supported: out.results.length - out.failing.length,
+      };
+    });
+    if (!ran) {
+      throw new AppError(
+        'loop_busy',
+        `Another round of loop ${loopId} has been running for over ${LOCK_WAIT_MS / 1000} s; this round did not run and was not charged. Send it again shortly.`,
+        { loop_id: loopId, retry_after: 1 },
+        { headers: { 'retry-after': '1' } },
+      );
+    }
+    return ran.value;
   },
 });
+
+/** A loop's id: a hash of how it starts, so the same start gives the same id (and starts it over). */
+function startId(draft: string, sources: Source[], maxRounds: number): string {
+  return `cvi_${createHash('sha256')
+    .update(JSON.stringify([draft, sources, maxRounds]))
+    .digest('hex')
+    .slice(0, 20)}`;
+}
 
 function sameSet(a: string[], b: string[]): boolean {
   const x = new Set(a);

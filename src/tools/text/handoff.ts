@@ -54,6 +54,8 @@ export const handoff = defineTool({
   name: 'handoff',
   // Not idempotent though it changes nothing outside: each call keeps its brief as a new passport.
   idempotent: false,
+  // The transcript and its brief are a passport's content.
+  sensitive: true,
   description: 'A brief another agent can continue from (goal, state, decisions, todos, open questions, last turns) within a token budget.',
   tier: 'enterprise',
   priceCents: 0,

@@ -197,4 +197,30 @@ describe('sandbox pool', () => {
       await warm.close();
     }
   });
+
+  it('stops threads idle for SANDBOX_IDLE_MS and starts one again for the next call; with preload it keeps one', async () => {
+    const idleConfig = loadConfig({}, { LOG_LEVEL: 'silent', SANDBOX_THREADS: '4', SANDBOX_IDLE_MS: '500' });
+    const lazy = new SandboxPool(idleConfig, pino({ level: 'silent' }));
+    const warm = new SandboxPool(idleConfig, pino({ level: 'silent' }), { preload: [echo.isolated!] });
+    try {
+      // Threads start lazily: none before the first call.
+      expect(lazy.stats()).toMatchObject({ threads: 0, started: 0 });
+      await Promise.all(['a', 'b', 'c'].map((o) => lazy.runTool(echo, { ms: 300 }, ctx, call(o))));
+      expect(lazy.stats().threads).toBe(3);
+      await waitFor(() => lazy.stats().threads === 0, 10_000);
+      expect(lazy.stats()).toMatchObject({ threads: 0, started: 3, stopped_idle: 3 });
+      // The next call starts a thread again and is served as before.
+      expect((await lazy.runTool(echo, { q: 'back' }, ctx, call('a'))).value).toMatchObject({ q: 'back' });
+      expect(lazy.stats()).toMatchObject({ threads: 1, started: 4 });
+
+      await Promise.all(['a', 'b'].map((o) => warm.runTool(echo, { ms: 300 }, ctx, call(o))));
+      expect(warm.stats().threads).toBe(2);
+      await waitFor(() => warm.stats().stopped_idle === 1, 10_000);
+      await new Promise((r) => setTimeout(r, 1_000));
+      expect(warm.stats()).toMatchObject({ threads: 1, stopped_idle: 1 });
+    } finally {
+      await lazy.close();
+      await warm.close();
+    }
+  });
 });

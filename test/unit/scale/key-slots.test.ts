@@ -72,9 +72,13 @@ const INVENTORY: Entry[] = [
     { file: 'src/money/holds.ts', kind: 'script' as const, name, keys: (s: Sample) => credits.scriptKeys(s.account, s.keyId)[name] },
     { file: 'src/money/holds.ts', kind: 'script' as const, name: `${name} (no sub-key)`, keys: (s: Sample) => credits.scriptKeys(s.account, null)[name] },
   ]),
-  // The reconciler's lock: one key.
-  { file: 'src/money/reconciler.ts', kind: 'script', name: 'tgReconcileUnlock', keys: () => [`${prefix}:reconcile:lock`] },
-  { file: 'src/money/reconciler.ts', kind: 'script', name: 'tgReconcileExtend', keys: () => [`${prefix}:reconcile:lock`] },
+  // The background passes' locks (money, intent and x402 payment reconcilers): one key each.
+  ...(['tgLeaderUnlock', 'tgLeaderExtend'] as const).map((name) => ({
+    file: 'src/queue/leader.ts',
+    kind: 'script' as const,
+    name,
+    keys: () => [`${prefix}:reconcile:lock`],
+  })),
   { file: 'src/access/in-flight.ts', kind: 'script', name: 'tgTakeSlots', keys: (s) => slots.scriptKeys(s.account).tgTakeSlots },
   { file: 'src/access/in-flight.ts', kind: 'script', name: 'tgTakeSlots (payer)', keys: (s) => slots.scriptKeys(`payer:${s.payer}`).tgTakeSlots },
   { file: 'src/access/in-flight.ts', kind: 'script', name: 'tgUnlistOwner', keys: (s) => slots.scriptKeys(s.account).tgUnlistOwner },
@@ -86,6 +90,10 @@ const INVENTORY: Entry[] = [
   { file: 'src/calls/idempotency.ts', kind: 'script', name: 'tgIdemClaim', keys: (s) => [`${prefix}:idem:${s.keyId}:${s.payer}`] },
   { file: 'src/calls/idempotency.ts', kind: 'script', name: 'tgIdemTouch', keys: (s) => [`${prefix}:idem:${s.keyId}:${s.payer}`] },
   { file: 'src/calls/idempotency.ts', kind: 'script', name: 'tgIdemDrop', keys: (s) => [`${prefix}:idem:${s.keyId}:${s.payer}`] },
+  // A stored 202 of a lost job swapped for a retry's claim: the same one key.
+  { file: 'src/calls/idempotency.ts', kind: 'script', name: 'tgIdemSwap', keys: (s) => [`${prefix}:idem:${s.keyId}:${s.payer}`] },
+  // A tool's per-key lock (cvi_loop's rounds), freed by its holder only: one key.
+  { file: 'src/queue/tool-store.ts', kind: 'eval', name: 'free a tool lock', keys: (s) => [`${prefix}:store:${s.account}:cvi_loop:loop-1:lock`] },
   {
     file: 'src/access/passports.ts',
     kind: 'script',
@@ -119,17 +127,12 @@ const INVENTORY: Entry[] = [
   // An account's outstanding webhook deliveries: one sorted set (take a place, bind it to its job).
   { file: 'src/calls/webhooks.ts', kind: 'eval', name: 'take a pending-delivery place', keys: (s) => [pendingDeliveries.key(s.account)] },
   { file: 'src/calls/webhooks.ts', kind: 'eval', name: 'bind a place to its job', keys: (s) => [pendingDeliveries.key(s.account)] },
-  // Repair: the delivery, watch and tool job hashes of each place, all under the queues' one tag.
+  // Repair: the tool job hash of each place (its delivery is an outbox row in Postgres), all under the queues' one tag.
   {
     file: 'src/calls/webhooks.ts',
     kind: 'pipeline',
     name: 'liveness of pending deliveries',
-    keys: (s) => [
-      `${queuePrefix(prefix)}:webhooks:hook-core-${s.payer}`,
-      `${queuePrefix(prefix)}:webhook-watch:watch-core-${s.payer}`,
-      `${queuePrefix(prefix)}:tools-core:core-${s.payer}`,
-      `${queuePrefix(prefix)}:none`,
-    ],
+    keys: (s) => [`${queuePrefix(prefix)}:tools-core:core-${s.payer}`, `${queuePrefix(prefix)}:none`],
   },
 ];
 

@@ -70,8 +70,10 @@ describe('beacon_scan', () => {
     const t = Date.now();
     const long = await run({ text: 'a'.repeat(400_000) });
     expect(long.tokens.o200k_base).toBeGreaterThan(0);
-    expect(Date.now() - t).toBeLessThan(10_000);
-  }, 30_000);
+    // A liveness bound: a quadratic merge takes hours on this run; counting in chunks takes 1-3 s, 10.1 s
+    // once on a loaded CI machine.
+    expect(Date.now() - t).toBeLessThan(30_000);
+  }, 60_000);
 
   it('refuses text past 400,000 characters and empty text (schema)', () => {
     expect(beaconScan.input.safeParse({ text: 'a'.repeat(400_001) }).success).toBe(false);

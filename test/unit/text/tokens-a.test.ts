@@ -38,6 +38,7 @@ describe('countTokensA (text group A token counts)', () => {
   it('counts a 400,000-letter run without spaces quickly', () => {
     const t = Date.now();
     expect(countTokensA('a'.repeat(400_000))).toBeGreaterThan(0);
-    expect(Date.now() - t).toBeLessThan(5_000);
-  }, 20_000);
+    // A liveness bound (a quadratic merge takes hours here), wide enough for a loaded CI machine.
+    expect(Date.now() - t).toBeLessThan(20_000);
+  }, 40_000);
 });
