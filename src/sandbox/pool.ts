@@ -326,6 +326,8 @@ export class SandboxPool {
   private onMessage(thread: Thread, m: FromThread): void {
     if (m.type === 'ready') {
       thread.ready = true;
+      // Idle from now, not from its start: a slow cold start is not idle time.
+      thread.idleSince = Date.now();
       clearTimeout(thread.loadTimer);
       this.dispatch();
       return;
