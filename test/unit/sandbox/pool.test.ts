@@ -206,7 +206,9 @@ describe('sandbox pool', () => {
       // Threads start lazily: none before the first call.
       expect(lazy.stats()).toMatchObject({ threads: 0, started: 0 });
       await Promise.all(['a', 'b', 'c'].map((o) => lazy.runTool(echo, { ms: 300 }, ctx, call(o))));
-      expect(lazy.stats().threads).toBe(3);
+      // Three calls at once start three threads; on a loaded machine one may already be idle long enough to stop.
+      expect(lazy.stats().started).toBe(3);
+      expect(lazy.stats().threads + lazy.stats().stopped_idle).toBe(3);
       await waitFor(() => lazy.stats().threads === 0, 10_000);
       expect(lazy.stats()).toMatchObject({ threads: 0, started: 3, stopped_idle: 3 });
       // The next call starts a thread again and is served as before.
@@ -214,7 +216,8 @@ describe('sandbox pool', () => {
       expect(lazy.stats()).toMatchObject({ threads: 1, started: 4 });
 
       await Promise.all(['a', 'b'].map((o) => warm.runTool(echo, { ms: 300 }, ctx, call(o))));
-      expect(warm.stats().threads).toBe(2);
+      expect(warm.stats().started).toBe(2);
+      expect(warm.stats().threads + warm.stats().stopped_idle).toBe(2);
       await waitFor(() => warm.stats().stopped_idle === 1, 10_000);
       await new Promise((r) => setTimeout(r, 1_000));
       expect(warm.stats()).toMatchObject({ threads: 1, stopped_idle: 1 });
