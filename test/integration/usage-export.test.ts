@@ -172,7 +172,13 @@ describe('usage export', () => {
     expect(first).toMatchObject({ specversion: '1.0', source: 'tollgate/ledger', type: 'tollgate.ledger.charge', subject: billed.accountId });
     expect(first.data).toMatchObject({ kind: 'charge', tool: 'compute', key_id: billed.keyId, cents: 2, delta_cents: -2 });
 
-    const m = await h.request({ method: 'GET', url: '/metrics', headers: { authorization: 'Bearer metrics-token-export' } });
+    // The cursor is committed just after a target accepts, and the lag is read at scrape time: wait until both read 0.
+    const scrape = async () => (await h.request({ method: 'GET', url: '/metrics', headers: { authorization: 'Bearer metrics-token-export' } })).body;
+    await until('no lag in /metrics', async () => {
+      const body = await scrape();
+      return /tollgate_export_lag_entries\{target="cloudevents"\} 0\n/.test(body) && /tollgate_export_lag_entries\{target="stripe"\} 0\n/.test(body);
+    });
+    const m = { body: await scrape() };
     expect(m.body).toMatch(/tollgate_export_lag_entries\{target="cloudevents"\} 0/);
     expect(m.body).toMatch(/tollgate_export_lag_entries\{target="stripe"\} 0/);
     expect(m.body).toMatch(/tollgate_export_entries_total\{target="cloudevents"\} 33/);
@@ -214,7 +220,11 @@ describe('usage export', () => {
       expect(l).not.toContain(SECRET);
       expect(l).not.toContain(TOKEN);
     }
-    expect(await x.status()).toMatchObject({ cloudevents: { lag: 0 }, stripe: { lag: 0 } });
+    // A target's cursor is committed just after it accepts the batch.
+    await until('both cursors at the end', async () => {
+      const st = await x.status();
+      return st.cloudevents?.lag === 0 && st.stripe?.lag === 0;
+    });
   }, 60_000);
 
   it('a lower id committed after a higher one was exported is not skipped: it waits below the line, then goes first', async () => {
