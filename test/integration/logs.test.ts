@@ -103,6 +103,20 @@ describe('request log lines', () => {
     expect(lines[0]).not.toHaveProperty('cost_cents');
   });
 
+  it('writes no line for a probe or /health that answers 200 (they are polled), as the production guide says', async () => {
+    const ids: string[] = [];
+    for (const url of ['/livez', '/readyz', '/health']) {
+      const res = await h.request({ method: 'GET', url });
+      expect(res.statusCode, url).toBe(200);
+      ids.push(String(res.headers['x-request-id']));
+    }
+    // A request that does log, answered after the probes: once its line is out, theirs would be too.
+    const marker = await h.request({ method: 'GET', url: '/balance', headers: { authorization: `Bearer ${acct.apiKey}` } });
+    expect(await linesOf(String(marker.headers['x-request-id']))).toHaveLength(1);
+    const all = h.logs.map((l) => JSON.parse(l) as Line);
+    for (const id of ids) expect(all.filter((l) => l.reqId === id)).toEqual([]);
+  });
+
   it("logs a caller's bad input once at warn, by code and message, without a stack", async () => {
     const res = await h.call('compute', { expression: 42 }, acct.apiKey);
     expect(res.statusCode).toBe(400);

@@ -169,6 +169,8 @@ export async function metaRoutes(app: FastifyInstance): Promise<void> {
   app.get(
     '/health',
     {
+      // Polled by dashboards: a line only when it is degraded, like the probes.
+      logLevel: 'warn',
       schema: {
         operationId: 'health',
         tags: ['Discovery'],
