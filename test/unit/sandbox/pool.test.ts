@@ -102,9 +102,10 @@ describe('sandbox pool', () => {
   it('lets one owner alone use all threads but one share, and gives a newcomer that share at once', async () => {
     // 4 threads, FAIR_SHARE 0.25: a share is one thread.
     const order: string[] = [];
-    // Each call holds its thread 2.5 s: long enough that none ends between the checks below even when
-    // starting threads is slow on a loaded machine (1 s was not, under a busy CI).
-    const run = (owner: string, tag: string) => pool.runTool(echo, { ms: 2500 }, ctx, call(owner)).then(() => order.push(tag));
+    // Each call holds its thread 4 s: long enough that none ends between the checks below even when
+    // starting the newcomer's thread is slow on a loaded machine (1 s was not under a busy CI, and
+    // 2.5 s was not with two suites beside it).
+    const run = (owner: string, tag: string) => pool.runTool(echo, { ms: 4000 }, ctx, call(owner)).then(() => order.push(tag));
     const greedy = ['g1', 'g2', 'g3', 'g4', 'g5'].map((t) => run('greedy', t));
     await waitFor(() => pool.stats().busy === 3);
     // Alone in the queue, the owner takes 3 of 4 threads: the fourth stays free for someone else.
