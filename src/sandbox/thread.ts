@@ -25,7 +25,12 @@ const modules = new Map<string, Promise<Record<string, unknown>>>();
 const load = (m: string) => {
   let mod = modules.get(m);
   if (!mod) {
-    mod = import(m) as Promise<Record<string, unknown>>;
+    // A module whose heavy library loads on first use (src/tools/heavy.ts) loads it here, as part of
+    // the module's cold start, not inside a call's time limit.
+    mod = (import(m) as Promise<Record<string, unknown>>).then((loaded) => {
+      if (typeof loaded.warm === 'function') (loaded.warm as () => void)();
+      return loaded;
+    });
     modules.set(m, mod);
     mod.catch(() => modules.delete(m));
   }

@@ -1,9 +1,13 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
-import { create, all, type MathJsInstance, type MathNode } from 'mathjs';
+import type { MathJsInstance, MathNode } from 'mathjs';
 import { AppError } from '../../errors.js';
 import { defineTool } from '../types.js';
 import { REFUSED_IN_EXPRESSIONS, sealMathjs } from '../mathjs-seal.js';
+import { mathjs } from '../heavy.js';
+
+/** Loads mathjs while the sandbox thread loads this module (src/tools/heavy.ts). */
+export const warm = (): void => void mathjs();
 
 /**
  * compute is a pure function of its expression: it runs in the sandbox pool (`isolated`), each call
@@ -117,6 +121,7 @@ let shared: { math: MathJsInstance; maxElements: number } | undefined;
  */
 function instance(maxElements: number): MathJsInstance {
   if (shared?.maxElements === maxElements) return shared.math;
+  const { create, all } = mathjs();
   const math = create(all!, { number: 'number', precision: 64 });
   const guarded: Record<string, unknown> = {};
   for (const name of SIZED) {

@@ -15,6 +15,9 @@ import {
   type Prepared,
 } from './decimal-engine.js';
 
+/** The sandbox thread loads mathjs with this module (src/tools/heavy.ts). */
+export { warm } from './decimal-engine.js';
+
 /**
  * bcalc_why: bcalc with every step shown. The steps come from a walk of the expression's syntax
  * tree: each operator, function call and assignment is evaluated once its arguments are known, in

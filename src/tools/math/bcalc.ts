@@ -2,6 +2,9 @@ import { z } from 'zod';
 import { defineTool } from '../types.js';
 import { BcalcInput, ScheduleRow, ROUNDINGS, asInputError, finalResult, lastValue, prepare, MAX_EXPRESSION, type BcalcInputT } from './decimal-engine.js';
 
+/** The sandbox thread loads mathjs with this module (src/tools/heavy.ts). */
+export { warm } from './decimal-engine.js';
+
 /**
  * bcalc: an exact decimal business calculator. mathjs on BigNumber (decimal.js), so 0.1 + 0.2 is
  * exactly 0.3; precision (significant digits) and rounding mode per call; an optional scale rounds

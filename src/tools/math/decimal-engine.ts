@@ -1,7 +1,11 @@
 import { z } from 'zod';
-import { create, all, type MathJsInstance, type MathNode } from 'mathjs';
+import type { MathJsInstance, MathNode } from 'mathjs';
 import { AppError } from '../../errors.js';
 import { REFUSED_IN_EXPRESSIONS, sealMathjs } from '../mathjs-seal.js';
+import { mathjs } from '../heavy.js';
+
+/** Loads mathjs while the sandbox thread loads bcalc or bcalc_why (src/tools/heavy.ts). */
+export const warm = (): void => void mathjs();
 
 /**
  * The exact decimal engine behind bcalc and bcalc_why: mathjs on BigNumber (decimal.js) with a
@@ -139,6 +143,7 @@ let shared: Engine | undefined;
 
 function engine(): Engine {
   if (shared) return shared;
+  const { create, all } = mathjs();
   const math = create(all!, { number: 'BigNumber', precision: DEFAULT_PRECISION });
   const D = (math as unknown as { BigNumber: DecimalCtor }).BigNumber;
   const state: CallState = { scheduleScale: 2, rounding: 6 };

@@ -1,10 +1,13 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import { z } from 'zod';
-import nlp from 'compromise';
 import { findPhoneNumbersInText, type CountryCode } from 'libphonenumber-js';
 import { defineTool } from '../types.js';
 import { MAX_TEXT_CHARS, splitSentences } from './text-kit.js';
 import { largeReportA } from './worst-cases.js';
+import { nlp } from '../heavy.js';
+
+/** Loads compromise while the sandbox thread loads this module (src/tools/heavy.ts). */
+export const warm = (): void => void nlp();
 
 /**
  * beacon_extract: entities with offsets, found by rules (regular expressions, libphonenumber-js for
@@ -159,7 +162,7 @@ export const beaconExtract = defineTool({
         const chunk = text.slice(from, to);
         // Names start with a capital letter: a chunk without one has none to find.
         if (!/\p{Lu}\p{Ll}/u.test(chunk)) continue;
-        const doc = nlp(chunk);
+        const doc = nlp()(chunk);
         const groups: Array<[EntityType, unknown]> = [];
         if (want.has('person')) groups.push(['person', doc.people()]);
         if (want.has('organisation')) groups.push(['organisation', doc.organizations()]);
