@@ -1,7 +1,11 @@
-import { loadBuffer, type CheerioAPI } from 'cheerio';
+import type { CheerioAPI } from 'cheerio';
 import { parsePhoneNumberFromString, searchPhoneNumbersInText, type CountryCode } from 'libphonenumber-js';
 import { htmlCapOffset } from './extract.js';
 import { absolute, collapse, cut, MAX_URL_CHARS, readJsonLd } from './scrape-html.js';
+import { cheerio } from '../heavy.js';
+
+/** Loads cheerio while the sandbox thread loads this module (src/tools/heavy.ts). */
+export const warm = (): void => void cheerio();
 
 /**
  * grabr_contact's pool task: the published contact points of one page. Loads without side effects.
@@ -206,7 +210,7 @@ function walkJsonLd(blocks: unknown[], found: { addresses: PostalAddress[]; emai
 export function contactPageTask(input: ContactPageInput): ContactPageOutput {
   const body = Buffer.from(input.body.buffer, input.body.byteOffset, input.body.byteLength);
   const capAt = htmlCapOffset(body, input.headerCharset);
-  const $ = loadBuffer(
+  const $ = cheerio().loadBuffer(
     capAt === null ? body : body.subarray(0, capAt),
     input.headerCharset ? { encoding: { transportLayerEncodingLabel: input.headerCharset } } : {},
   );

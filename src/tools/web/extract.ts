@@ -1,5 +1,9 @@
-import { loadBuffer, type CheerioAPI } from 'cheerio';
+import type { CheerioAPI } from 'cheerio';
 import { Tokenizer } from 'htmlparser2';
+import { cheerio } from '../heavy.js';
+
+/** Loads cheerio while the sandbox thread loads this module (src/tools/heavy.ts). */
+export const warm = (): void => void cheerio();
 
 export const MAX_TEXT_CHARS = 100_000;
 /** Parse caps: HTML past the element that would exceed either is not parsed (the result is `truncated`). */
@@ -165,7 +169,7 @@ export function htmlCapOffset(body: Buffer, headerCharset: string | null): numbe
 
 /** Parses HTML bytes (charset from the header, else sniffed from the document) into readable parts. */
 export function extractHtml(body: Buffer, baseUrl: string, headerCharset: string | null): PageContent {
-  const $ = loadBuffer(body, headerCharset ? { encoding: { transportLayerEncodingLabel: headerCharset } } : {});
+  const $ = cheerio().loadBuffer(body, headerCharset ? { encoding: { transportLayerEncodingLabel: headerCharset } } : {});
   const metadata = readMetadata($, baseUrl);
   const links_count = $('a[href]').filter((_, el) => !/^\s*(#|javascript:)/i.test($(el).attr('href') ?? '')).length;
   const title = collapse($('title').first().text()) || metadata['og:title'] || collapse($('h1').first().text()) || null;

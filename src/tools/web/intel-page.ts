@@ -1,6 +1,9 @@
-import { loadBuffer } from 'cheerio';
 import { FINGERPRINTS, FINGERPRINTS_VERSION, type Fingerprint } from './fingerprints.js';
 import { htmlCapOffset } from './extract.js';
+import { cheerio } from '../heavy.js';
+
+/** Loads cheerio while the sandbox thread loads this module (src/tools/heavy.ts). */
+export const warm = (): void => void cheerio();
 
 /**
  * grabr_intel's pool task (tasks.ts `intel_page`): the home page's SEO basics and the technology
@@ -67,7 +70,7 @@ export function intelPageTask(input: IntelPageInput): IntelPageOutput {
   if (input.html && buf.length) {
     const cut = htmlCapOffset(buf, input.headerCharset);
     capped = cut !== null;
-    const $ = loadBuffer(
+    const $ = cheerio().loadBuffer(
       cut === null ? buf : buf.subarray(0, cut),
       input.headerCharset ? { encoding: { transportLayerEncodingLabel: input.headerCharset } } : {},
     );

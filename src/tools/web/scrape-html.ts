@@ -1,7 +1,11 @@
-import { load, loadBuffer, type CheerioAPI } from 'cheerio';
+import type { CheerioAPI } from 'cheerio';
 import { AppError } from '../../errors.js';
 import { extractHtml, htmlCapOffset, MAX_TEXT_CHARS } from './extract.js';
 import { jsonBytes } from './answer-size.js';
+import { cheerio } from '../heavy.js';
+
+/** Loads cheerio while the sandbox thread loads this module (src/tools/heavy.ts). */
+export const warm = (): void => void cheerio();
 
 /**
  * HTML pool tasks of the grabr_* tools (grabr_scrape, grabr_batch's scrape and meta modes). Parsing
@@ -79,7 +83,7 @@ export interface ScrapeTaskOutput {
  */
 let emptyDoc: CheerioAPI | undefined;
 export function selectorError(selector: string): string | null {
-  emptyDoc ??= load('');
+  emptyDoc ??= cheerio().load('');
   try {
     emptyDoc(selector);
     return null;
@@ -100,7 +104,7 @@ function capped(body: Uint8Array, headerCharset: string | null): { buf: Buffer; 
 }
 
 function parse(buf: Buffer, headerCharset: string | null): CheerioAPI {
-  return loadBuffer(buf, headerCharset ? { encoding: { transportLayerEncodingLabel: headerCharset } } : {});
+  return cheerio().loadBuffer(buf, headerCharset ? { encoding: { transportLayerEncodingLabel: headerCharset } } : {});
 }
 
 export function collapse(s: string): string {
