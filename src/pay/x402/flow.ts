@@ -11,6 +11,7 @@ import {
   type PaymentRequirements,
   type PriceSpec,
 } from './requirements.js';
+import { paymentResponseHeaders } from './settler.js';
 import {
   FACILITATOR_BAD_RESPONSE,
   FACILITATOR_UNREACHABLE,
@@ -18,10 +19,9 @@ import {
   NONCE_USED_ON_CHAIN,
   RPC_UNREACHABLE,
   SETTLEMENT_UNCONFIRMED,
-  paymentResponseHeaders,
   type PaymentSettler,
   type SettleResult,
-} from './settler.js';
+} from './settle-types.js';
 import {
   findPayment,
   listAwaitingSettlement,

@@ -11,6 +11,7 @@
 export * from './requirements.js';
 export * from './payload.js';
 export * from './verify.js';
+export * from './settle-types.js';
 export * from './settler.js';
 export * from './store.js';
 export * from './flow.js';

@@ -12,7 +12,7 @@ import {
   SETTLEMENT_UNCONFIRMED,
   type PaymentSettler,
   type SettlementLookup,
-} from './settler.js';
+} from './settle-types.js';
 import {
   listStaleReserved,
   markAwaitingSettlement,

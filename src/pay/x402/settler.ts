@@ -15,28 +15,10 @@ import {
   SettlerStartupError,
   FACILITATOR_UNREACHABLE,
   FACILITATOR_BAD_RESPONSE,
-  NONCE_USED_ON_CHAIN,
-  INSUFFICIENT_FUNDS,
-  RPC_UNREACHABLE,
-  SETTLEMENT_UNCONFIRMED,
   type PaymentSettler,
-  type SettleHooks,
   type SettleResult,
-  type SettlementLookup,
-  type SettlementState,
   type VerifyResult,
 } from './settle-types.js';
-
-export {
-  SettlerStartupError,
-  FACILITATOR_UNREACHABLE,
-  FACILITATOR_BAD_RESPONSE,
-  NONCE_USED_ON_CHAIN,
-  INSUFFICIENT_FUNDS,
-  RPC_UNREACHABLE,
-  SETTLEMENT_UNCONFIRMED,
-};
-export type { PaymentSettler, SettleHooks, SettleResult, SettlementLookup, SettlementState, VerifyResult };
 
 const VerifyResponseSchema = z.object({
   isValid: z.boolean(),

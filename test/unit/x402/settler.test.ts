@@ -3,14 +3,8 @@ import type { AddressInfo } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { settleResponseFromHeader } from 'x402/types';
 import { paymentRequirements } from '../../../src/pay/x402/requirements.js';
-import {
-  FACILITATOR_BAD_RESPONSE,
-  FACILITATOR_UNREACHABLE,
-  FacilitatorSettler,
-  DeferredSettler,
-  createSettler,
-  encodePaymentResponse,
-} from '../../../src/pay/x402/settler.js';
+import { FacilitatorSettler, DeferredSettler, createSettler, encodePaymentResponse } from '../../../src/pay/x402/settler.js';
+import { FACILITATOR_BAD_RESPONSE, FACILITATOR_UNREACHABLE } from '../../../src/pay/x402/settle-types.js';
 import { fakeTxHash, startFakeFacilitator, type FakeFacilitator } from '../../helpers/fake-facilitator.js';
 import { PAYER, signPayment, x402Config } from '../../helpers/x402-sign.js';
 
